@@ -1,0 +1,92 @@
+//! The checkpoint's tokenizer (`tokenizer/tokenizer.json` through the HF `tokenizers` crate),
+//! with the special tokens upstream reads from `tokenizer/tokenizer_config.json`.
+//!
+//! Every call encodes with `add_special_tokens=False`, as upstream's `encode_text` does; the
+//! `[CLS]`/`[SEP]`/`[MASK]` ids are placed by the sequence layout, not by the tokenizer.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("cannot load tokenizer {path}: {message}")]
+    Load { path: PathBuf, message: String },
+    #[error("cannot read {path}: {message}")]
+    Config { path: PathBuf, message: String },
+    #[error("tokenizer config {path} names {role} token {token:?}, which is not in the vocabulary")]
+    MissingToken { path: PathBuf, role: &'static str, token: String },
+    #[error("tokenization failed: {0}")]
+    Encode(String),
+}
+
+/// A special token: its text (as it may appear literally in user input) and its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Special {
+    pub text: String,
+    pub id: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    pub cls: Special,
+    pub sep: Special,
+    pub mask: Special,
+    pub pad: Special,
+}
+
+impl Tokenizer {
+    /// Loads `<dir>/tokenizer.json` and the special tokens named in `<dir>/tokenizer_config.json`.
+    ///
+    /// The special-token strings come from the config, never from guessing by spelling: the
+    /// multilingual vocabulary also holds `<s>`/`</s>`, which are not its CLS/SEP.
+    pub fn load(dir: &Path) -> Result<Self, TokenizerError> {
+        let json_path = dir.join("tokenizer.json");
+        let inner = tokenizers::Tokenizer::from_file(&json_path)
+            .map_err(|e| TokenizerError::Load { path: json_path.clone(), message: e.to_string() })?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg: Value = std::fs::read(&cfg_path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            .map_err(|message| TokenizerError::Config { path: cfg_path.clone(), message })?;
+        let special = |role: &'static str, key: &str, default: &str| -> Result<Special, TokenizerError> {
+            let text = match cfg.get(key) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Object(o)) => o.get("content").and_then(Value::as_str).unwrap_or(default).to_owned(),
+                _ => default.to_owned(),
+            };
+            let id = inner
+                .token_to_id(&text)
+                .ok_or_else(|| TokenizerError::MissingToken { path: cfg_path.clone(), role, token: text.clone() })?;
+            Ok(Special { text, id })
+        };
+        Ok(Tokenizer {
+            cls: special("cls", "cls_token", "[CLS]")?,
+            sep: special("sep", "sep_token", "[SEP]")?,
+            mask: special("mask", "mask_token", "[MASK]")?,
+            pad: special("pad", "pad_token", "[PAD]")?,
+            inner,
+        })
+    }
+
+    /// `tokenizer(text, add_special_tokens=False)["input_ids"]`.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let enc = self.inner.encode_fast(text, false).map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// `tokenizer.decode(ids)` as transformers 5.24 does it for a BPE tokenizer: special tokens
+    /// kept and no `clean_up_tokenization_spaces` pass (5.24 skips it for BPE models; the
+    /// reference answers of `predict_long` were made with that version).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        self.inner.decode(ids, false).map_err(|e| TokenizerError::Encode(e.to_string()))
+    }
+
+    /// Replaces every occurrence of the mask token's text with one space, as upstream does to
+    /// instructions, options and the serialized state, so user text cannot forge a marker.
+    pub fn scrub_mask(&self, text: &str) -> String {
+        text.replace(&self.mask.text, " ")
+    }
+
+}

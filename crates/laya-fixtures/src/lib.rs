@@ -1,0 +1,15 @@
+//! Test support for every layer: where the shared fixtures are, the reference files upstream
+//! laya 0.4.15 recorded (`references/<checkpoint>/*.jsonl`), and the parity rules of the engine
+//! issue (f32: equal after rounding unless upstream's value sits on a rounding boundary; f16:
+//! probabilities within 1e-2, argmax equal except near ties).
+//!
+//! References are read with [`laya_core::pyjson`], so duplicate keys, big integers and float
+//! spelling survive exactly as upstream sent them.
+
+mod compare;
+mod references;
+
+pub use compare::{check_f16, check_f32, F16Stats, NumberDiff};
+pub use references::{
+    fixtures_dir, read_jsonl, references, DecisionCall, RefRow, Reference, Replay, CHECKPOINTS, WORKLOADS,
+};

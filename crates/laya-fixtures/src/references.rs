@@ -1,0 +1,265 @@
+//! Reading the shared fixtures and upstream's reference lines.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use laya_core::confidence::MinConfidence;
+use laya_core::config::QType;
+use laya_core::engine::{EngineError, Forward, Row, RowLogits};
+use laya_core::engine_api::BatchOptions;
+use laya_core::pyjson::{self, Object, Value};
+
+/// The two stored checkpoints, each with references recorded by upstream.
+pub const CHECKPOINTS: [&str; 2] = ["tiny", "tiny-multilingual-shape"];
+/// The HTTP workloads recorded for each checkpoint.
+pub const WORKLOADS: [&str; 3] = ["smoke", "short", "edge"];
+
+/// `$SYS1_FIXTURES`, else `shared/fixtures` beside the repository. A missing directory is a
+/// hard failure: a parity suite that skips silently proves nothing.
+pub fn fixtures_dir() -> PathBuf {
+    let dir = match std::env::var_os("SYS1_FIXTURES") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
+    };
+    assert!(
+        dir.join("references").is_dir() && dir.join("checkpoints").is_dir(),
+        "fixtures not found at {} (set SYS1_FIXTURES to the shared/fixtures directory)",
+        dir.display()
+    );
+    dir
+}
+
+/// Every line of a JSONL file, parsed with Python's rules.
+pub fn read_jsonl(path: &std::path::Path) -> Vec<Value> {
+    let text = std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .enumerate()
+        .map(|(i, l)| {
+            pyjson::loads(l)
+                .unwrap_or_else(|e| panic!("{} line {}: {e:?}", path.display(), i + 1))
+                .value
+        })
+        .collect()
+}
+
+/// One model row as upstream built and ran it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefRow {
+    /// Index into `states` (batch route only).
+    pub state: Option<usize>,
+    pub qid: String,
+    pub row: Row,
+    pub logits: Vec<f32>,
+    pub act_logits: Vec<f32>,
+}
+
+/// One recorded request and upstream's answer.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    pub id: String,
+    pub method: String,
+    pub path: String,
+    pub request_headers: Vec<(String, String)>,
+    /// The request body exactly as sent.
+    pub request_body: Option<Vec<u8>>,
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    /// Forward passes in the order the server ran them.
+    pub passes: Vec<Vec<RefRow>>,
+}
+
+fn get<'a>(o: &'a Object, key: &str) -> Option<&'a Value> {
+    o.get(key)
+}
+
+fn as_str(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::Str(s)) => s.clone(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+fn as_usize(v: &Value) -> usize {
+    match v {
+        Value::Int(i) => i.as_i64().and_then(|x| usize::try_from(x).ok()).expect("a small non-negative int"),
+        other => panic!("expected an int, got {other:?}"),
+    }
+}
+
+fn as_f32(v: &Value) -> f32 {
+    match v {
+        Value::Float(x) => *x as f32,
+        Value::Int(i) => i.as_i64().expect("a small int") as f32,
+        other => panic!("expected a number, got {other:?}"),
+    }
+}
+
+fn list(v: Option<&Value>) -> &[Value] {
+    match v {
+        Some(Value::Array(a)) => a,
+        other => panic!("expected a list, got {other:?}"),
+    }
+}
+
+fn pairs(v: Option<&Value>) -> Vec<(String, String)> {
+    match v {
+        Some(Value::Object(o)) => o.iter().map(|(k, v)| (k.to_owned(), as_str(Some(v)))).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn qtype(v: &Value) -> QType {
+    match as_usize(v) {
+        0 => QType::Choice,
+        1 => QType::Score,
+        2 => QType::Noul,
+        n => panic!("unknown qtype {n}"),
+    }
+}
+
+impl Reference {
+    fn from_value(v: &Value) -> Reference {
+        let Value::Object(o) = v else { panic!("a reference line must be an object") };
+        let Some(Value::Object(req)) = get(o, "request") else { panic!("reference without request") };
+        let request_body = match (get(req, "raw_body"), get(req, "body")) {
+            (Some(Value::Str(raw)), _) => Some(raw.as_bytes().to_vec()),
+            (_, Some(Value::Null)) | (_, None) => None,
+            (_, Some(body)) => Some(pyjson::dumps_spaced(body).into_bytes()),
+        };
+        let passes = match get(o, "rows") {
+            Some(Value::Array(passes)) => passes
+                .iter()
+                .map(|pass| {
+                    list(Some(pass))
+                        .iter()
+                        .map(|r| {
+                            let Value::Object(r) = r else { panic!("a row must be an object") };
+                            RefRow {
+                                state: get(r, "state").map(as_usize),
+                                qid: as_str(get(r, "qid")),
+                                row: Row {
+                                    ids: list(get(r, "input_ids")).iter().map(|x| as_usize(x) as u32).collect(),
+                                    markers: list(get(r, "markers")).iter().map(as_usize).collect(),
+                                    qtype: qtype(get(r, "qtype").expect("qtype")),
+                                },
+                                logits: list(get(r, "logits")).iter().map(as_f32).collect(),
+                                act_logits: list(get(r, "act_logits")).iter().map(as_f32).collect(),
+                            }
+                        })
+                        .collect()
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Reference {
+            id: as_str(get(o, "id")),
+            method: as_str(get(req, "method")),
+            path: as_str(get(req, "path")),
+            request_headers: pairs(get(req, "headers")),
+            request_body,
+            status: as_usize(get(o, "status").expect("status")) as u16,
+            headers: pairs(get(o, "headers")),
+            body: as_str(get(o, "body")),
+            passes,
+        }
+    }
+
+    /// The parsed request body (Python `json.loads` rules), if any.
+    pub fn request_value(&self) -> Option<Value> {
+        self.request_body.as_ref().and_then(|b| pyjson::loads(b).ok()).map(|p| p.value)
+    }
+
+    /// The decision call a 200 answer of a decision route made, read from the request the
+    /// way upstream's handler reads it (only what the engine needs: states, questions and
+    /// token budgets; validation is the server's job and these requests passed it).
+    pub fn decision_call(&self) -> Option<DecisionCall> {
+        if self.status != 200 || !self.path.starts_with("/v1/systemone") {
+            return None;
+        }
+        let Some(Value::Object(body)) = self.request_value() else { return None };
+        let batch = self.path == "/v1/systemone/batch";
+        let states = if batch {
+            list(get(&body, "states")).to_vec()
+        } else {
+            vec![get(&body, "state").cloned().expect("state")]
+        };
+        let Some(Value::Object(questions)) = get(&body, "questions").cloned() else { return None };
+        let int = |key: &str| match get(&body, key) {
+            Some(Value::Int(i)) => i.as_i64().map(|x| x as usize),
+            _ => None,
+        };
+        let min_confidence = match get(&body, "min_confidence") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(map)) => Some(MinConfidence::Buckets(
+                map.iter().map(|(k, v)| (k.to_owned(), v.as_number_f64().expect("a number"))).collect(),
+            )),
+            Some(v) => Some(MinConfidence::Scalar(v.as_number_f64().expect("a number"))),
+        };
+        Some(DecisionCall {
+            batch,
+            states,
+            questions,
+            min_confidence,
+            opts: BatchOptions { max_len: int("max_len"), head_max_len: int("head_max_len"), batch_size: int("batch_size") },
+        })
+    }
+}
+
+/// What a 200 answer of a decision route asked the engine.
+#[derive(Debug, Clone)]
+pub struct DecisionCall {
+    pub batch: bool,
+    pub states: Vec<Value>,
+    pub questions: Object,
+    pub opts: BatchOptions,
+    pub min_confidence: Option<MinConfidence>,
+}
+
+/// Every reference line of one workload of one checkpoint.
+pub fn references(checkpoint: &str, workload: &str) -> Vec<Reference> {
+    let path = fixtures_dir().join("references").join(checkpoint).join(format!("{workload}.jsonl"));
+    read_jsonl(&path).iter().map(Reference::from_value).collect()
+}
+
+/// A [`Forward`] that answers each row with upstream's recorded logits, so layout and
+/// decoding can be checked without a model.
+#[derive(Debug, Default)]
+pub struct Replay {
+    rows: HashMap<(Vec<u32>, Vec<usize>, usize), Vec<RowLogits>>,
+    /// Rows asked for that upstream never ran (a layout difference).
+    pub unknown: Vec<Row>,
+}
+
+impl Replay {
+    pub fn new(passes: &[Vec<RefRow>]) -> Replay {
+        let mut rows: HashMap<_, Vec<RowLogits>> = HashMap::new();
+        for r in passes.iter().flatten() {
+            rows.entry((r.row.ids.clone(), r.row.markers.clone(), r.row.qtype.index()))
+                .or_default()
+                .push(RowLogits { logits: r.logits.clone(), act_logits: r.act_logits.clone() });
+        }
+        for v in rows.values_mut() {
+            v.reverse();
+        }
+        Replay { rows, unknown: Vec::new() }
+    }
+}
+
+impl Forward for Replay {
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
+        rows.iter()
+            .map(|r| {
+                let key = (r.ids.clone(), r.markers.clone(), r.qtype.index());
+                match self.rows.get_mut(&key).and_then(Vec::pop) {
+                    Some(out) => Ok(out),
+                    None => {
+                        self.unknown.push(r.clone());
+                        Err(EngineError::new(format!("row not in the reference ({} tokens)", r.ids.len())))
+                    }
+                }
+            })
+            .collect()
+    }
+}
