@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs the test suite the way CI does: prepares MLX (scripts/setup-mlx.sh), then
+# `cargo test --workspace --release` with any extra arguments passed through, e.g.
+#   scripts/test.sh -- --nocapture
+#   MLX_FLAVOR=cuda13 scripts/test.sh --target-dir target/cuda
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+prebuilt=$(bash scripts/setup-mlx.sh)
+# .cargo/config.toml already names the CPU wheel; any other flavor (metal on macOS, or
+# MLX_FLAVOR=cuda13) is selected through the environment, unless the caller chose one.
+case $prebuilt in
+  "$PWD/.mlx/cpu/mlx") ;;
+  *) export MLX_SYS_PREBUILT_DIR="${MLX_SYS_PREBUILT_DIR:-$prebuilt}" ;;
+esac
+
+exec cargo test --workspace --release "$@"
