@@ -63,8 +63,8 @@ fn boundary_distance(x: f64) -> f64 {
 /// The f32 rule: `mine` (rounded answers as JSON text) must equal `upstream` (upstream's text)
 /// token for token, except a number one unit off in the 4th decimal whose unrounded upstream
 /// value (the same position in `unrounded`, a rendering of the unrounded answers) lies within
-/// 1e-6 of a rounding boundary. Returns the accepted differences.
-pub fn check_f32(mine: &str, upstream: &str, unrounded: &str) -> Result<Vec<NumberDiff>, String> {
+/// `boundary` of a rounding boundary. Returns the accepted differences.
+pub fn check_f32(mine: &str, upstream: &str, unrounded: &str, boundary: f64) -> Result<Vec<NumberDiff>, String> {
     let (a, b, u) = (tokens(mine), tokens(upstream), tokens(unrounded));
     if a.len() != b.len() || b.len() != u.len() {
         return Err(format!("structure differs:\n mine     {mine}\n upstream {upstream}"));
@@ -82,7 +82,7 @@ pub fn check_f32(mine: &str, upstream: &str, unrounded: &str) -> Result<Vec<Numb
                     continue;
                 }
                 let one_unit = ((m - p).abs() - 1e-4).abs() < 1e-9;
-                if one_unit && boundary_distance(*raw) <= 1e-6 {
+                if one_unit && boundary_distance(*raw) <= boundary {
                     diffs.push(NumberDiff { mine: *m, upstream: *p, unrounded: *raw });
                     boundary_in_answer = true;
                 } else if last_key == "\"x_jev_confidence\"" && boundary_in_answer && (m - p).abs() <= 5e-4 + 1e-9 {

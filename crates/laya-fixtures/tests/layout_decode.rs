@@ -88,7 +88,7 @@ fn layout_and_decoding_match_upstream() {
                         a.gate = gate;
                         a.x_jev_confidence = jev;
                     }
-                    let diffs = check_f32(&open_text(mine), up_text, &open_text(&unrounded))
+                    let diffs = check_f32(&open_text(mine), up_text, &open_text(&unrounded), 1e-6)
                         .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                     boundary += diffs.len();
                 }

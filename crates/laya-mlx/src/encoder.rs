@@ -1,0 +1,148 @@
+//! The ModernBERT / mmBERT encoder (`model.md` §3.1), on packed rows.
+//!
+//! Embeddings → bias-free LayerNorm; per layer (pre-norm; layer 0 has no `attn_norm`):
+//! fused `Wqkv`, RoPE with the layer kind's theta (global theta on full layers, local theta
+//! on sliding layers), attention (full, or `|i - j| <= local_attention / 2` inclusive),
+//! `Wo`, then GeGLU (`GELU_erf` of the first half of `Wi`'s output times the second half)
+//! and `Wo`; finally the bias-free `final_norm`. No biases anywhere.
+//! ModernBERT: <https://arxiv.org/abs/2412.13663>, transformers `ModernBertModel`.
+
+use laya_core::config::{EncoderConfig, LayerKind};
+use mlx_rs::error::Exception;
+use mlx_rs::{ops, Array};
+
+use crate::attention::{packed_attention, Heads, Span, Window};
+use crate::error::LoadError;
+use crate::layers::{gelu_erf, LayerNorm, Linear};
+use crate::settings::SlidingAttention;
+use crate::weights::TensorStore;
+
+/// One encoder layer.
+#[derive(Debug)]
+struct EncoderLayer {
+    /// `None` on layer 0 (ModernBERT's first layer has no attention norm).
+    attn_norm: Option<LayerNorm>,
+    wqkv: Linear,
+    wo: Linear,
+    mlp_norm: LayerNorm,
+    wi: Linear,
+    mlp_wo: Linear,
+    kind: LayerKind,
+    rope_theta: f32,
+}
+
+/// The encoder's weights and shape.
+#[derive(Debug)]
+pub(crate) struct Encoder {
+    tok_embeddings: Array,
+    emb_norm: LayerNorm,
+    layers: Vec<EncoderLayer>,
+    final_norm: LayerNorm,
+    heads: Heads,
+    hidden: usize,
+    intermediate: usize,
+    half_window: usize,
+    sliding: SlidingAttention,
+}
+
+impl Encoder {
+    pub fn load(
+        store: &mut TensorStore,
+        cfg: &EncoderConfig,
+        sliding: SlidingAttention,
+    ) -> Result<Self, LoadError> {
+        let eps = cfg.norm_eps;
+        let norm = |store: &mut TensorStore, name: &str| -> Result<LayerNorm, LoadError> {
+            Ok(LayerNorm {
+                weight: store.take(name)?,
+                bias: None,
+                eps,
+            })
+        };
+        let linear = |store: &mut TensorStore, name: &str| -> Result<Linear, LoadError> {
+            let w = store.take(name)?;
+            Linear::new(&w, None).map_err(|source| LoadError::Mlx {
+                context: format!("preparing {name}"),
+                source,
+            })
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for (l, &kind) in cfg.layer_kinds.iter().enumerate() {
+            let p = format!("encoder.layers.{l}");
+            layers.push(EncoderLayer {
+                attn_norm: if l == 0 {
+                    None
+                } else {
+                    Some(norm(store, &format!("{p}.attn_norm.weight"))?)
+                },
+                wqkv: linear(store, &format!("{p}.attn.Wqkv.weight"))?,
+                wo: linear(store, &format!("{p}.attn.Wo.weight"))?,
+                mlp_norm: norm(store, &format!("{p}.mlp_norm.weight"))?,
+                wi: linear(store, &format!("{p}.mlp.Wi.weight"))?,
+                mlp_wo: linear(store, &format!("{p}.mlp.Wo.weight"))?,
+                kind,
+                rope_theta: cfg.rope_theta(kind),
+            });
+        }
+        Ok(Encoder {
+            tok_embeddings: store.take("encoder.embeddings.tok_embeddings.weight")?,
+            emb_norm: norm(store, "encoder.embeddings.norm.weight")?,
+            layers,
+            final_norm: norm(store, "encoder.final_norm.weight")?,
+            heads: Heads {
+                heads: cfg.num_attention_heads,
+                head_dim: cfg.head_dim(),
+            },
+            hidden: cfg.hidden_size,
+            intermediate: cfg.intermediate_size,
+            half_window: cfg.half_window(),
+            sliding,
+        })
+    }
+
+    /// `ids` is `[T]` (all rows' tokens packed, spans `spans`); returns `h_enc`, `[T, d]`.
+    pub fn forward(&self, ids: &Array, spans: &[Span]) -> Result<Array, Exception> {
+        let mut x = self
+            .emb_norm
+            .forward(&self.tok_embeddings.take_axis(ids, 0)?)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let _span = tracing::trace_span!("encoder_layer", l, kind = ?layer.kind).entered();
+            let a = match &layer.attn_norm {
+                Some(n) => n.forward(&x)?,
+                None => x.clone(),
+            };
+            let qkv = layer.wqkv.forward(&a)?;
+            let d = self.hidden as i32;
+            let parts = ops::split_at_indices(&qkv, &[d, 2 * d], 1)?;
+            let window = match layer.kind {
+                LayerKind::Global => Window::Full,
+                LayerKind::Sliding => Window::Sliding {
+                    half: self.half_window,
+                    layout: self.sliding,
+                },
+            };
+            let attn = packed_attention(
+                &parts[0],
+                &parts[1],
+                &parts[2],
+                spans,
+                spans,
+                self.heads,
+                Some(layer.rope_theta),
+                window,
+            )?;
+            x = x.add(layer.wo.forward(&attn)?)?;
+
+            let h = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
+            let halves = ops::split_at_indices(&h, &[self.intermediate as i32], 1)?;
+            let g = gelu_erf(&halves[0])?.multiply(&halves[1])?;
+            x = x.add(layer.mlp_wo.forward(&g)?)?;
+        }
+        self.final_norm.forward(&x)
+    }
+
+    /// Vocabulary size (token ids must be below it).
+    pub fn vocab_size(&self) -> usize {
+        self.tok_embeddings.shape()[0] as usize
+    }
+}

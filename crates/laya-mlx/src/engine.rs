@@ -1,0 +1,287 @@
+//! [`MlxEngine`]: a loaded checkpoint on one MLX device, implementing
+//! [`laya_core::engine::Forward`].
+//!
+//! One forward packs every row's tokens into one `[T, d]` matrix (no padding), runs the
+//! encoder and the decision head on it, reads the head output at position 0 and at the
+//! markers, scores the markers, and runs the act head. Every MLX operation is built inside
+//! `with_stream` on the engine's stream, so the same code runs on the CPU or a GPU.
+
+use std::path::Path;
+use std::time::Instant;
+
+use laya_core::config::CheckpointConfig;
+use laya_core::engine::{EngineError, Forward, Row, RowLogits};
+use mlx_rs::{Array, Device, DeviceType, Stream};
+
+use crate::attention::{spans_from_lengths, Span};
+use crate::encoder::Encoder;
+use crate::error::{ForwardError, LoadError};
+use crate::head::{act_features, ActHead, DecisionHead, Scorer};
+use crate::settings::{DeviceKind, EngineSettings, Precision};
+use crate::weights::TensorStore;
+
+/// A Laya checkpoint loaded on one MLX device, ready to run forward passes.
+///
+/// Build it on the thread that will use it (MLX streams are per thread in spirit; the
+/// server's engine worker owns one engine).
+pub struct MlxEngine {
+    config: CheckpointConfig,
+    precision: Precision,
+    device: Device,
+    stream: Stream,
+    full_last_head_layer: bool,
+    encoder: Encoder,
+    type_emb: Array,
+    head: DecisionHead,
+    scorer: Scorer,
+    act_head: ActHead,
+}
+
+impl std::fmt::Debug for MlxEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MlxEngine")
+            .field("device", &self.device)
+            .field("precision", &self.precision)
+            .field("hidden_size", &self.config.encoder.hidden_size)
+            .field("layers", &self.config.encoder.num_hidden_layers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MlxEngine {
+    /// Loads the checkpoint directory `dir` (`rl_agent_config.json`, `encoder/config.json`,
+    /// `model.safetensors`), checking every tensor's name and shape against the configs.
+    pub fn load(dir: &Path, settings: &EngineSettings) -> Result<MlxEngine, LoadError> {
+        let started = Instant::now();
+        let config = CheckpointConfig::load(dir)?;
+        let enc = &config.encoder;
+        if enc.head_dim().checked_rem(2) != Some(0) {
+            return Err(LoadError::Unsupported(format!(
+                "RoPE needs an even head dim, got {}",
+                enc.head_dim()
+            )));
+        }
+        if enc.layer_kinds.len() != enc.num_hidden_layers {
+            return Err(LoadError::Unsupported(
+                "one layer kind per encoder layer is needed".into(),
+            ));
+        }
+        let device = match settings.device {
+            DeviceKind::Default => Device::try_default().map_err(|source| LoadError::Device {
+                device: "default".into(),
+                source,
+            })?,
+            DeviceKind::Cpu => Device::cpu(),
+            DeviceKind::Gpu => Device::gpu(),
+        };
+        let stream =
+            Stream::try_default_on_device(&device).map_err(|source| LoadError::Device {
+                device: format!("{device}"),
+                source,
+            })?;
+        let on_gpu = matches!(device.get_type(), Ok(DeviceType::Gpu));
+        let precision = settings.precision.unwrap_or(if on_gpu {
+            Precision::F16
+        } else {
+            Precision::F32
+        });
+
+        // The scorer and the act head are tiny: keep them in f32 at every precision.
+        let in_f32 = |name: &str| name.starts_with("scorer.") || name.starts_with("act_head.");
+        let mut store = TensorStore::load(dir, &config, precision.dtype(), in_f32, &stream)?;
+        let (encoder, type_emb, head, scorer, act_head) = mlx_rs::with_stream(&stream, || {
+            Ok::<_, LoadError>((
+                Encoder::load(&mut store, enc, settings.sliding_attention)?,
+                store.take("type_emb.weight")?,
+                DecisionHead::load(&mut store, enc.hidden_size, config.agent.head_layers)?,
+                Scorer::load(&mut store)?,
+                ActHead::load(&mut store)?,
+            ))
+        })?;
+        tracing::info!(
+            dir = %dir.display(),
+            device = %device,
+            precision = precision.name(),
+            hidden = enc.hidden_size,
+            layers = enc.num_hidden_layers,
+            ms = started.elapsed().as_millis() as u64,
+            "checkpoint loaded"
+        );
+        Ok(MlxEngine {
+            config,
+            precision,
+            device,
+            stream,
+            full_last_head_layer: settings.full_last_head_layer,
+            encoder,
+            type_emb,
+            head,
+            scorer,
+            act_head,
+        })
+    }
+
+    /// The compute precision in use.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The MLX device the forward runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The device in upstream's (PyTorch's) vocabulary, as `/health` reports it: `cpu`, `cuda`
+    /// (MLX's CUDA backend) or `mps` (Metal).
+    pub fn device_name(&self) -> String {
+        match self.device.get_type() {
+            Ok(DeviceType::Gpu) => match env!("LAYA_MLX_BACKEND") {
+                "cuda" => "cuda".to_owned(),
+                "metal" => "mps".to_owned(),
+                other => other.to_owned(),
+            },
+            _ => "cpu".to_owned(),
+        }
+    }
+
+    /// The checkpoint's configs.
+    pub fn config(&self) -> &CheckpointConfig {
+        &self.config
+    }
+
+    /// Runs one pass over `rows` (each row exactly its own tokens and markers).
+    pub fn run(&self, rows: &[Row]) -> Result<Vec<RowLogits>, ForwardError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.check_rows(rows)?;
+        let started = Instant::now();
+        let out = mlx_rs::with_stream(&self.stream, || self.run_on_stream(rows))?;
+        tracing::debug!(
+            rows = rows.len(),
+            tokens = rows.iter().map(|r| r.ids.len()).sum::<usize>(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "forward"
+        );
+        Ok(out)
+    }
+
+    fn check_rows(&self, rows: &[Row]) -> Result<(), ForwardError> {
+        let vocab = self.encoder.vocab_size();
+        for (i, r) in rows.iter().enumerate() {
+            let invalid = |reason: String| ForwardError::InvalidRow { row: i, reason };
+            if r.ids.is_empty() {
+                return Err(invalid("no tokens".into()));
+            }
+            if r.ids.len() > i32::MAX as usize / 4 {
+                return Err(invalid(format!("{} tokens is too many", r.ids.len())));
+            }
+            if r.markers.is_empty() {
+                return Err(invalid("no option markers".into()));
+            }
+            if let Some(&m) = r.markers.iter().find(|&&m| m >= r.ids.len()) {
+                return Err(invalid(format!(
+                    "marker {m} is outside its {} tokens",
+                    r.ids.len()
+                )));
+            }
+            if let Some(&t) = r.ids.iter().find(|&&t| t as usize >= vocab) {
+                return Err(invalid(format!(
+                    "token id {t} is outside the vocabulary of {vocab}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn run_on_stream(&self, rows: &[Row]) -> Result<Vec<RowLogits>, ForwardError> {
+        let spans = spans_from_lengths(rows.iter().map(|r| r.ids.len()));
+        let total: usize = spans.iter().map(|s| s.len).sum();
+        let ids: Vec<u32> = rows.iter().flat_map(|r| r.ids.iter().copied()).collect();
+        let qtypes: Vec<u32> = rows
+            .iter()
+            .flat_map(|r| std::iter::repeat_n(r.qtype.index() as u32, r.ids.len()))
+            .collect();
+        // Positions the answers read, row by row: position 0, then each marker.
+        let mut select = Vec::new();
+        let mut select_lens = Vec::with_capacity(rows.len());
+        for (r, s) in rows.iter().zip(&spans) {
+            select.push(s.start as u32);
+            select.extend(r.markers.iter().map(|&m| (s.start + m) as u32));
+            select_lens.push(1 + r.markers.len());
+        }
+        let select_spans: Vec<Span> = spans_from_lengths(select_lens);
+
+        let t = total as i32;
+        let h = self
+            .encoder
+            .forward(&Array::from_slice(&ids, &[t]), &spans)?;
+        // §3.2: the type embedding is added after the final norm, at every position.
+        let h = h.add(
+            self.type_emb
+                .take_axis(Array::from_slice(&qtypes, &[t]), 0)?,
+        )?;
+        let select_arr = Array::from_slice(&select, &[select.len() as i32]);
+        let sel = self.head.forward(
+            &h,
+            &spans,
+            &select_arr,
+            &select_spans,
+            self.full_last_head_layer,
+        )?;
+
+        let pooled_idx: Vec<u32> = select_spans.iter().map(|s| s.start as u32).collect();
+        let marker_idx: Vec<u32> = select_spans
+            .iter()
+            .flat_map(|s| (s.start + 1..s.start + s.len).map(|i| i as u32))
+            .collect();
+        let pooled = sel.take_axis(Array::from_slice(&pooled_idx, &[rows.len() as i32]), 0)?;
+        let markers = sel.take_axis(
+            Array::from_slice(&marker_idx, &[marker_idx.len() as i32]),
+            0,
+        )?;
+        let logits = self.scorer.forward(&markers)?;
+        let logits: Vec<f32> = read_f32(&logits, "option logits")?;
+
+        let mut feats = Vec::with_capacity(rows.len() * 4);
+        let mut per_row = Vec::with_capacity(rows.len());
+        let mut at = 0;
+        for r in rows {
+            let row_logits = logits[at..at + r.markers.len()].to_vec();
+            at += r.markers.len();
+            feats.extend(act_features(&row_logits));
+            per_row.push(row_logits);
+        }
+        let feats = Array::from_slice(&feats, &[rows.len() as i32, 4]);
+        let act = self.act_head.forward(&pooled, &feats)?;
+        let n_act = self.config.agent.n_act;
+        let act: Vec<f32> = read_f32(&act, "act logits")?;
+        Ok(per_row
+            .into_iter()
+            .zip(act.chunks(n_act))
+            .map(|(logits, a)| RowLogits {
+                logits,
+                act_logits: a.to_vec(),
+            })
+            .collect())
+    }
+}
+
+fn read_f32(a: &Array, what: &'static str) -> Result<Vec<f32>, ForwardError> {
+    let a = a.contiguous()?;
+    a.try_as_slice::<f32>()
+        .map(<[f32]>::to_vec)
+        .map_err(|e| ForwardError::Readback {
+            what,
+            reason: e.to_string(),
+        })
+}
+
+impl Forward for MlxEngine {
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
+        self.run(rows).map_err(|e| {
+            tracing::error!(error = %e, "forward failed");
+            EngineError::from(e)
+        })
+    }
+}

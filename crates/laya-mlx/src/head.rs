@@ -1,0 +1,265 @@
+//! Everything after the encoder (`model.md` §3.2–3.5): the decision head
+//! (`head_layers` × `torch.nn.TransformerEncoderLayer`, pre-norm, ReLU, `4d` feed-forward,
+//! full attention over the row's tokens, no positions, no final norm), the option scorer at
+//! the markers, and the act head on position 0 plus features of the untempered softmax.
+
+use mlx_rs::error::Exception;
+use mlx_rs::{ops, Array};
+
+use crate::attention::{packed_attention, Heads, Span, Window};
+use crate::error::LoadError;
+use crate::layers::{gelu_erf, LayerNorm, Linear};
+use crate::weights::{head_heads, TensorStore};
+
+/// PyTorch's `LayerNorm` default, used by the head, the scorer and nothing in the encoder.
+const HEAD_NORM_EPS: f32 = 1e-5;
+
+fn mlx(name: &str) -> impl FnOnce(Exception) -> LoadError + '_ {
+    move |source| LoadError::Mlx {
+        context: format!("preparing {name}"),
+        source,
+    }
+}
+
+fn linear(store: &mut TensorStore, prefix: &str) -> Result<Linear, LoadError> {
+    let w = store.take(&format!("{prefix}.weight"))?;
+    let b = store.take(&format!("{prefix}.bias"))?;
+    Linear::new(&w, Some(b)).map_err(mlx(prefix))
+}
+
+fn layer_norm(store: &mut TensorStore, prefix: &str) -> Result<LayerNorm, LoadError> {
+    Ok(LayerNorm {
+        weight: store.take(&format!("{prefix}.weight"))?,
+        bias: Some(store.take(&format!("{prefix}.bias"))?),
+        eps: HEAD_NORM_EPS,
+    })
+}
+
+/// One `TransformerEncoderLayer(norm_first=True, activation=relu)`.
+#[derive(Debug)]
+struct HeadLayer {
+    norm1: LayerNorm,
+    /// `in_proj` rows `0..d` (queries) and `d..3d` (keys, values), as two linears so the
+    /// last layer can project queries at a few positions only.
+    q_proj: Linear,
+    kv_proj: Linear,
+    out_proj: Linear,
+    norm2: LayerNorm,
+    linear1: Linear,
+    linear2: Linear,
+}
+
+/// The decision head.
+#[derive(Debug)]
+pub(crate) struct DecisionHead {
+    layers: Vec<HeadLayer>,
+    heads: Heads,
+    hidden: usize,
+}
+
+impl DecisionHead {
+    pub fn load(
+        store: &mut TensorStore,
+        hidden: usize,
+        n_layers: usize,
+    ) -> Result<Self, LoadError> {
+        let nhead = head_heads(hidden);
+        if hidden.checked_rem(nhead) != Some(0) {
+            return Err(LoadError::Unsupported(format!(
+                "decision head: hidden size {hidden} is not a multiple of its {nhead} heads"
+            )));
+        }
+        let mut layers = Vec::with_capacity(n_layers);
+        for j in 0..n_layers {
+            let p = format!("head.layers.{j}");
+            let w_name = format!("{p}.self_attn.in_proj_weight");
+            let w = store.take(&w_name)?;
+            let b = store.take(&format!("{p}.self_attn.in_proj_bias"))?;
+            let d = hidden as i32;
+            let ws = ops::split_at_indices(&w, &[d], 0).map_err(mlx(&w_name))?;
+            let bs = ops::split_at_indices(&b, &[d], 0).map_err(mlx(&w_name))?;
+            let [wq, wkv] = <[Array; 2]>::try_from(ws)
+                .map_err(|_| LoadError::Unsupported(format!("cannot split {w_name}")))?;
+            let [bq, bkv] = <[Array; 2]>::try_from(bs)
+                .map_err(|_| LoadError::Unsupported(format!("cannot split {w_name}")))?;
+            layers.push(HeadLayer {
+                norm1: layer_norm(store, &format!("{p}.norm1"))?,
+                q_proj: Linear::new(&wq, Some(bq)).map_err(mlx(&w_name))?,
+                kv_proj: Linear::new(&wkv, Some(bkv)).map_err(mlx(&w_name))?,
+                out_proj: linear(store, &format!("{p}.self_attn.out_proj"))?,
+                norm2: layer_norm(store, &format!("{p}.norm2"))?,
+                linear1: linear(store, &format!("{p}.linear1"))?,
+                linear2: linear(store, &format!("{p}.linear2"))?,
+            });
+        }
+        Ok(DecisionHead {
+            layers,
+            heads: Heads {
+                heads: nhead,
+                head_dim: hidden / nhead,
+            },
+            hidden,
+        })
+    }
+
+    /// Runs the head on `x` (`[T, d]`, rows `spans`) and returns its output at the packed
+    /// positions `select` (`[S]`, in `select_spans` order: row by row, each row's positions
+    /// inside that row's span), `[S, d]`.
+    ///
+    /// Unless `full_last_layer`, the last layer runs its queries, residual and feed-forward
+    /// only at the selected positions (keys and values still cover every token of the row):
+    /// the other positions of the last layer are never read.
+    pub fn forward(
+        &self,
+        x: &Array,
+        spans: &[Span],
+        select: &Array,
+        select_spans: &[Span],
+        full_last_layer: bool,
+    ) -> Result<Array, Exception> {
+        let n = self.layers.len();
+        let mut x = x.clone();
+        for (j, layer) in self.layers.iter().enumerate() {
+            let _span = tracing::trace_span!("head_layer", j).entered();
+            let last = j + 1 == n;
+            let a = layer.norm1.forward(&x)?;
+            let kv = layer.kv_proj.forward(&a)?;
+            let kvs = ops::split_at_indices(&kv, &[self.hidden as i32], 1)?;
+            if last && !full_last_layer {
+                let a_sel = a.take_axis(select, 0)?;
+                let q = layer.q_proj.forward(&a_sel)?;
+                let att = packed_attention(
+                    &q,
+                    &kvs[0],
+                    &kvs[1],
+                    select_spans,
+                    spans,
+                    self.heads,
+                    None,
+                    Window::Full,
+                )?;
+                let x_sel = x.take_axis(select, 0)?.add(layer.out_proj.forward(&att)?)?;
+                return layer.feed_forward(&x_sel);
+            }
+            let q = layer.q_proj.forward(&a)?;
+            let att = packed_attention(
+                &q,
+                &kvs[0],
+                &kvs[1],
+                spans,
+                spans,
+                self.heads,
+                None,
+                Window::Full,
+            )?;
+            x = layer.feed_forward(&x.add(layer.out_proj.forward(&att)?)?)?;
+        }
+        x.take_axis(select, 0)
+    }
+}
+
+impl HeadLayer {
+    /// `x + linear2(relu(linear1(norm2(x))))`.
+    fn feed_forward(&self, x: &Array) -> Result<Array, Exception> {
+        let h = self.linear1.forward(&self.norm2.forward(x)?)?;
+        let h = ops::maximum(&h, Array::from_f32(0.0).as_dtype(h.dtype())?)?;
+        x.add(self.linear2.forward(&h)?)
+    }
+}
+
+/// `scorer = Sequential(LayerNorm, Linear(d, d), GELU, Linear(d, 1))`, in f32.
+#[derive(Debug)]
+pub(crate) struct Scorer {
+    norm: LayerNorm,
+    l1: Linear,
+    l3: Linear,
+}
+
+impl Scorer {
+    pub fn load(store: &mut TensorStore) -> Result<Self, LoadError> {
+        Ok(Scorer {
+            norm: layer_norm(store, "scorer.0")?,
+            l1: linear(store, "scorer.1")?,
+            l3: linear(store, "scorer.3")?,
+        })
+    }
+
+    /// `m` is the head output at the markers, `[K, d]`; returns the option logits `[K]`, f32.
+    pub fn forward(&self, m: &Array) -> Result<Array, Exception> {
+        let m = m.as_dtype(mlx_rs::Dtype::Float32)?;
+        let h = gelu_erf(&self.l1.forward(&self.norm.forward(&m)?)?)?;
+        self.l3.forward(&h)?.reshape(&[-1])
+    }
+}
+
+/// `act_head = Sequential(Linear(d + 4, 256), GELU, Linear(256, n_act))`, in f32.
+#[derive(Debug)]
+pub(crate) struct ActHead {
+    l0: Linear,
+    l2: Linear,
+}
+
+impl ActHead {
+    pub fn load(store: &mut TensorStore) -> Result<Self, LoadError> {
+        Ok(ActHead {
+            l0: linear(store, "act_head.0")?,
+            l2: linear(store, "act_head.2")?,
+        })
+    }
+
+    /// `pooled` is the head output at position 0 of each row (`[n, d]`), `feats` the
+    /// [`act_features`] of each row (`[n, 4]`); returns `[n, n_act]`, f32.
+    pub fn forward(&self, pooled: &Array, feats: &Array) -> Result<Array, Exception> {
+        let pooled = pooled.as_dtype(mlx_rs::Dtype::Float32)?;
+        let x = ops::concatenate(&[&pooled, feats], 1)?;
+        self.l2.forward(&gelu_erf(&self.l0.forward(&x)?)?)
+    }
+}
+
+/// The act head's features of one row (`model.md` §3.5), from its untempered option logits:
+/// `[top1, top1 − top2, entropy / ln k, k / 255]` with `p = softmax(logits)`,
+/// `k = max(markers, 2)`, entropy `−Σ p · ln(max(p, 1e-9))`, `top2 = 0` for one option.
+///
+/// Upstream computes these over the batch's marker width with masked slots at −1e4; their
+/// probability is exactly 0 in fp32, so the row's own markers give the same numbers.
+pub(crate) fn act_features(logits: &[f32]) -> [f32; 4] {
+    let k = logits.len().max(2) as f32;
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = logits.iter().map(|&z| (z - max).exp()).collect();
+    let sum: f32 = exps.iter().sum();
+    let p: Vec<f32> = exps.iter().map(|&e| e / sum).collect();
+    let ent: f32 = -p.iter().map(|&pi| pi * pi.max(1e-9).ln()).sum::<f32>() / k.ln();
+    let (mut top1, mut top2) = (0.0f32, 0.0f32);
+    for &pi in &p {
+        if pi > top1 {
+            top2 = top1;
+            top1 = pi;
+        } else if pi > top2 {
+            top2 = pi;
+        }
+    }
+    [top1, top1 - top2, ent, k / 255.0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::act_features;
+
+    #[test]
+    fn one_option_has_no_runner_up() {
+        let f = act_features(&[3.0]);
+        assert_eq!(f[0], 1.0);
+        assert_eq!(f[1], 1.0);
+        assert_eq!(f[2], 0.0);
+        assert!((f[3] - 2.0 / 255.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn uniform_options_have_unit_entropy() {
+        let f = act_features(&[0.5, 0.5, 0.5, 0.5]);
+        assert!((f[0] - 0.25).abs() < 1e-7);
+        assert_eq!(f[1], 0.0);
+        assert!((f[2] - 1.0).abs() < 1e-6);
+        assert!((f[3] - 4.0 / 255.0).abs() < 1e-9);
+    }
+}

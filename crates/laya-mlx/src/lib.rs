@@ -1,0 +1,38 @@
+//! `laya-mlx`: the Laya decision model's forward pass on [MLX](https://github.com/ml-explore/mlx)
+//! through `mlx-rs`.
+//!
+//! The model (spec `model.md` §3) is a ModernBERT/mmBERT encoder (`encoder.rs`), a type
+//! embedding, a small transformer decision head, an option scorer at each `[MASK]` marker and
+//! an act head (`head.rs`). [`MlxEngine`] loads a checkpoint directory — configs through
+//! `laya_core::config`, `model.safetensors` strictly checked against them ([`weights`]) — and
+//! implements [`laya_core::engine::Forward`]: rows of token ids in, raw option logits and act
+//! logits out, in f32.
+//!
+//! Rows are never padded against each other: every linear layer runs on all rows' tokens
+//! packed into one matrix, and attention runs per row (`attention.rs`).
+//!
+//! ```no_run
+//! use laya_core::engine::{Forward, Row};
+//! use laya_core::config::QType;
+//! use laya_mlx::{EngineSettings, MlxEngine};
+//!
+//! let mut engine = MlxEngine::load("checkpoints/tiny".as_ref(), &EngineSettings::default())?;
+//! let row = Row { ids: vec![50281, 66, 50282, 50284, 209, 50284, 270, 50282], markers: vec![3, 5], qtype: QType::Choice };
+//! let out = engine.forward(&[row])?;
+//! println!("{:?} {:?}", out[0].logits, out[0].act_logits);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
+
+mod attention;
+mod encoder;
+mod engine;
+mod error;
+mod head;
+mod layers;
+mod settings;
+pub mod weights;
+
+pub use engine::MlxEngine;
+pub use error::{ForwardError, LoadError};
+pub use settings::{DeviceKind, EngineSettings, Precision, SlidingAttention};
