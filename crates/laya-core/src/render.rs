@@ -209,3 +209,80 @@ pub fn result_json(r: &StateResult) -> Result<String, NonFinite> {
     out.push('}');
     Ok(out)
 }
+
+/// Strict Jev mode (`LAYA_JEV_STRICT`): only the contracted keys, in Jev's order
+/// (choice: `type, choice, confidence, probabilities`; score: `type, score, confidence,
+/// probabilities, legend`; noul: `type, noul`; usage: the two token counts), no `routing`.
+pub fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonFinite> {
+    out.push_str("{\"model\":\"laya-rl-agent\",\"answers\":{");
+    for (i, (qid, a)) in r.answers.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        key(out, qid);
+        out.push('{');
+        key(out, "type");
+        pyjson::write_str(out, a.body.type_name());
+        match &a.body {
+            AnswerBody::Choice { choice, probabilities, confidence } => {
+                out.push(',');
+                key(out, "choice");
+                out.push_str(&pyjson::dumps(choice, Style::Compact).map_err(|_| NonFinite)?);
+                out.push(',');
+                key(out, "confidence");
+                float(out, *confidence)?;
+                out.push(',');
+                key(out, "probabilities");
+                out.push('{');
+                for (j, (label, p)) in probabilities.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    key(out, &label_key(label)?);
+                    float(out, *p)?;
+                }
+                out.push('}');
+            }
+            AnswerBody::Score { score, legend, probabilities, confidence } => {
+                out.push(',');
+                key(out, "score");
+                float(out, *score)?;
+                out.push(',');
+                key(out, "confidence");
+                float(out, *confidence)?;
+                out.push(',');
+                key(out, "probabilities");
+                out.push('{');
+                for (j, p) in probabilities.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    key(out, &j.to_string());
+                    float(out, *p)?;
+                }
+                out.push_str("},");
+                key(out, "legend");
+                out.push('{');
+                for (j, text) in legend.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    key(out, &j.to_string());
+                    pyjson::write_str(out, text);
+                }
+                out.push('}');
+            }
+            AnswerBody::Noul { noul, .. } => {
+                out.push(',');
+                key(out, "noul");
+                float(out, *noul)?;
+            }
+        }
+        out.push('}');
+    }
+    out.push_str(&format!(
+        "}},\"usage\":{{\"input_tokens\":{},\"output_tokens\":{}}}}}",
+        r.usage.input_tokens, r.usage.output_tokens
+    ));
+    Ok(())
+}
