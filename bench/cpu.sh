@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# CPU benchmark: sys1rust (MLX CPU backend) next to upstream laya 0.4.15 (PyTorch fp32 CPU) on the
+# same `large` random-weight checkpoint (the real typed-decisions shapes), in one run.
+#
+#   bench/cpu.sh [--runs N] [--shapes s128_q1,s512_q10]
+#
+# Needs: scripts/setup-mlx.sh done; the oracle venv (shared/oracle/setup_venv.sh) for upstream.
+# Writes results/CPU.md (machine, commit, command, numbers) and results/cpu-*.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+RUNS=5
+SHAPES=s128_q1,s512_q10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) RUNS=$2; shift 2 ;;
+    --shapes) SHAPES=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+SHARED=${SYS1_SHARED:-$ROOT/../shared}
+VENV=${ORACLE_VENV:-$ROOT/../.oracle-venv}
+WORKLOAD=$SHARED/seed-workloads/smoke.jsonl
+CKPT=${LARGE_CHECKPOINT:-$ROOT/target/bench/large}
+
+cargo build --release -q -p sys1rust -p laya-mlx --examples
+if [ ! -f "$CKPT/model.safetensors" ]; then
+  echo "writing the large random-weight checkpoint to $CKPT" >&2
+  cargo run --release -q -p laya-mlx --example make-checkpoint -- \
+    --preset large --configs "$SHARED/fixtures" \
+    --seed 4242 --out "$CKPT"
+fi
+
+echo "sys1rust ..." >&2
+target/release/sys1rust bench --model "$CKPT" --workload "$WORKLOAD" --shapes "$SHAPES" --runs "$RUNS" \
+  > results/cpu-sys1rust.json
+if [ -x "$VENV/bin/python" ]; then
+  echo "upstream laya ..." >&2
+  OMP_NUM_THREADS=$(nproc) "$VENV/bin/python" bench/upstream_cpu.py --model "$CKPT" --workload "$WORKLOAD" \
+    --shapes "$SHAPES" --runs "$RUNS" > results/cpu-upstream.json
+else
+  echo "no oracle venv at $VENV: upstream not measured" >&2
+  rm -f results/cpu-upstream.json
+fi
+python3 bench/report.py --title "CPU: sys1rust (MLX CPU) vs upstream laya 0.4.15 (PyTorch fp32)" \
+  --command "bench/cpu.sh --runs $RUNS --shapes $SHAPES" results/cpu-*.json > results/CPU.md
+cat results/CPU.md

@@ -1,0 +1,363 @@
+//! The HTTP surface: upstream laya-serve 0.4.15's `/v1/systemone` API on axum.
+//!
+//! [`app`] builds the router from plain state, so tests drive it over a real socket the same
+//! way `serve` does. Every check runs in upstream's order: method and path, auth, admission,
+//! body, JSON and shape, limits, then the engine worker (routing, question checks, inference).
+
+mod body;
+mod error;
+mod metrics;
+mod openapi;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, MethodRouter};
+use axum::Router;
+use laya_core::confidence;
+use laya_core::engine_api::{StateResult, Truncated};
+use laya_core::render;
+use laya_core::request::{self, Limits};
+use laya_core::routing::{self, Routing, RoutingConfig};
+use subtle::ConstantTimeEq;
+use tokio::sync::Semaphore;
+
+pub use error::{json_response, ApiError};
+pub use metrics::Metrics;
+
+use crate::worker::{Decided, Decision, Failure, WorkerHandle, WorkerInfo};
+
+/// Upstream's body cap: 2 MiB, exactly 2 097 152 bytes accepted.
+pub const BODY_LIMIT: usize = 2 * 1024 * 1024;
+
+/// Everything the handlers read, fixed at start.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Bearer token; `None` leaves the API open (and serves `/openapi.json` and `/metrics`).
+    pub api_key: Option<String>,
+    pub body_timeout: Duration,
+    pub limits: Limits,
+    /// Strict Jev output: only the contracted keys (upstream's `LAYA_JEV_STRICT`).
+    pub jev_strict: bool,
+    pub routing: RoutingConfig,
+    /// Commit of the served checkpoint, when known (`/health` `revisions`).
+    pub revision: Option<String>,
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub cfg: Arc<HttpConfig>,
+    pub worker: WorkerHandle,
+    pub admission: Arc<Semaphore>,
+    pub metrics: Arc<Metrics>,
+    /// Routed checkpoint names, least recently used first (upstream's `/health` `loaded`).
+    pub resident: Arc<Mutex<Vec<String>>>,
+    pub info: Arc<WorkerInfo>,
+}
+
+impl AppState {
+    pub fn new(cfg: HttpConfig, worker: WorkerHandle, max_concurrent: usize, info: WorkerInfo) -> AppState {
+        // Upstream preloads english, multilingual, typed-decisions and lists them least
+        // recently used first; one served checkpoint answers every routed name here.
+        let resident = vec!["typed-decisions".to_owned(), "multilingual".to_owned(), "english".to_owned()];
+        AppState {
+            cfg: Arc::new(cfg),
+            worker,
+            admission: Arc::new(Semaphore::new(max_concurrent.clamp(1, Semaphore::MAX_PERMITS))),
+            metrics: Arc::new(Metrics::default()),
+            resident: Arc::new(Mutex::new(resident)),
+            info: Arc::new(info),
+        }
+    }
+}
+
+fn only(method: &'static str, route: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    route.fallback(move || async move { ApiError::method_not_allowed(method) })
+}
+
+/// The application: routes, upstream's 404/405/307 behaviour, and the handlers.
+pub fn app(state: AppState) -> Router {
+    let open = state.cfg.api_key.is_none();
+    let mut router = Router::new()
+        .route("/v1/systemone", only("POST", post(decide)))
+        .route("/v1/systemone/batch", only("POST", post(batch)))
+        // axum answers HEAD for GET routes; upstream (Starlette) does not, so HEAD is a 405.
+        .route(
+            "/health",
+            only("GET", get(health).head(|| async { ApiError::method_not_allowed("GET").into_response_empty() })),
+        )
+        .route("/metrics", only("GET", get(metrics)));
+    if open {
+        router = router.route("/openapi.json", only("GET", get(openapi::document)));
+    }
+    router.fallback(not_found).with_state(state)
+}
+
+impl ApiError {
+    /// A 405 without a body, as Starlette answers `HEAD`.
+    fn into_response_empty(self) -> Response {
+        let mut resp = self.into_response();
+        *resp.body_mut() = Body::empty();
+        resp.headers_mut().remove(header::CONTENT_TYPE);
+        resp
+    }
+}
+
+/// Unknown paths are 404, except that a trailing slash on a known route redirects (307) to
+/// the route, as Starlette's `redirect_slashes` does, before any auth.
+async fn not_found(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let path = uri.path();
+    if let Some(trimmed) = path.strip_suffix('/') {
+        let known = matches!(trimmed, "/v1/systemone" | "/v1/systemone/batch" | "/health" | "/metrics")
+            || (trimmed == "/openapi.json" && state.cfg.api_key.is_none());
+        if known {
+            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+            let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+            let location = format!("http://{host}{trimmed}{query}");
+            let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                resp.headers_mut().insert(header::LOCATION, v);
+            }
+            return resp;
+        }
+    }
+    ApiError::not_found().into_response()
+}
+
+/// Upstream's bearer rule: the first `Authorization` header, whitespace-trimmed by the HTTP
+/// parser, must equal `Bearer <key>` byte for byte (constant-time).
+fn authorized(cfg: &HttpConfig, headers: &HeaderMap) -> bool {
+    let Some(key) = &cfg.api_key else { return true };
+    let Some(value) = headers.get(header::AUTHORIZATION) else { return false };
+    let given = value.as_bytes().trim_ascii();
+    let expected = format!("Bearer {key}");
+    given.len() == expected.len() && bool::from(given.ct_eq(expected.as_bytes()))
+}
+
+fn timing_headers(resp: &mut Response, ms: f64) {
+    let ms = format!("{ms:.2}");
+    if let Ok(v) = HeaderValue::from_str(&format!("inference;dur={ms}")) {
+        resp.headers_mut().insert("server-timing", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&ms) {
+        resp.headers_mut().insert("x-inference-time-ms", v);
+    }
+}
+
+/// Renders one state's result as upstream does, `x_jev_confidence` added after inference.
+fn write_result(out: &mut String, r: &mut StateResult, routing: &Routing, strict: bool) -> Result<(), render::NonFinite> {
+    if strict {
+        return render::write_result_strict(out, r);
+    }
+    confidence::add_jev_confidence(std::slice::from_mut(r));
+    render::write_result_open(out, r)?;
+    out.push_str(",\"routing\":");
+    routing.write_json(out);
+    out.push('}');
+    Ok(())
+}
+
+fn failure(f: Failure) -> ApiError {
+    match f {
+        Failure::Invalid(text) => ApiError::new(422, text),
+        Failure::Internal(cause) => {
+            tracing::error!(%cause, "inference failed");
+            ApiError::inference_failed()
+        }
+    }
+}
+
+/// Auth, then a non-blocking admission slot, then the body: the part both decision routes share.
+async fn admit_and_read(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(tokio::sync::OwnedSemaphorePermit, Vec<u8>), ApiError> {
+    if !authorized(&state.cfg, headers) {
+        return Err(ApiError::unauthorized());
+    }
+    let permit = state.admission.clone().try_acquire_owned().map_err(|_| ApiError::busy())?;
+    let bytes = body::read(headers, body, BODY_LIMIT, state.cfg.body_timeout).await?;
+    Ok((permit, bytes))
+}
+
+fn touch_resident(state: &AppState, results: &[(StateResult, Routing)]) {
+    let mut resident = state.resident.lock().unwrap_or_else(|e| e.into_inner());
+    for (_, r) in results {
+        let name = r.model.name();
+        if let Some(pos) = resident.iter().position(|n| n == name) {
+            let n = resident.remove(pos);
+            resident.push(n);
+        }
+    }
+}
+
+fn record_inference(state: &AppState, route: &'static str, decided: &Decided) {
+    let tokens: usize = decided.results.iter().map(|(r, _)| r.usage.input_tokens).sum();
+    let truncated = decided
+        .results
+        .iter()
+        .filter(|(r, _)| r.usage.state.as_ref().is_some_and(|s| matches!(s.truncated, Truncated::Flag(true))))
+        .count();
+    let answers: usize = decided.results.iter().map(|(r, _)| r.answers.len()).sum();
+    state.metrics.inference(route, decided.inference_ms / 1e3, tokens as u64, truncated as u64, answers as u64);
+}
+
+async fn decide(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let resp = match decide_inner(&state, &headers, body).await {
+        Ok(resp) => resp,
+        Err(e) => e.into_response(),
+    };
+    state.metrics.request("single", resp.status().as_u16(), started.elapsed().as_secs_f64());
+    resp
+}
+
+async fn decide_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let (_permit, bytes) = admit_and_read(state, headers, body).await?;
+    let _admitted = state.metrics.admitted();
+    let cfg = &state.cfg;
+    let req = request::parse_decision(&bytes, &cfg.limits, |model| {
+        routing::resolve_model_field(model, &cfg.routing).map(|_| ()).map_err(|detail| request::ApiError { status: 422, detail })
+    })?;
+    let pin = match &req.model {
+        Some(model) => routing::resolve_model_field(model, &cfg.routing).map_err(|d| ApiError::new(422, d))?,
+        None => None,
+    };
+    let decision = Decision {
+        states: vec![req.state],
+        questions: req.questions,
+        opts: req.opts,
+        min_confidence: req.min_confidence,
+        pin,
+        task: req.task,
+        lang: req.lang,
+        lang_guess: req.lang_guess,
+    };
+    let mut decided = state.worker.decide(decision).await.map_err(failure)?;
+    record_inference(state, "single", &decided);
+    touch_resident(state, &decided.results);
+    let mut out = String::with_capacity(1024);
+    let (result, routing) = decided.results.first_mut().ok_or_else(ApiError::inference_failed)?;
+    write_result(&mut out, result, routing, cfg.jev_strict).map_err(|e| ApiError::new(422, e.to_string()))?;
+    let mut resp = json_response(StatusCode::OK, out);
+    timing_headers(&mut resp, decided.inference_ms);
+    Ok(resp)
+}
+
+async fn batch(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let resp = match batch_inner(&state, &headers, body).await {
+        Ok(resp) => resp,
+        Err(e) => e.into_response(),
+    };
+    state.metrics.request("batch", resp.status().as_u16(), started.elapsed().as_secs_f64());
+    resp
+}
+
+async fn batch_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let (_permit, bytes) = admit_and_read(state, headers, body).await?;
+    let _admitted = state.metrics.admitted();
+    let cfg = &state.cfg;
+    let req = request::parse_batch(&bytes, &cfg.limits, |model| {
+        routing::resolve_model_field(model, &cfg.routing).map(|_| ()).map_err(|detail| request::ApiError { status: 422, detail })
+    })?;
+    let pin = match &req.model {
+        Some(model) => routing::resolve_model_field(model, &cfg.routing).map_err(|d| ApiError::new(422, d))?,
+        None => None,
+    };
+    // `opts.batch_size` already holds upstream's pass size (the client's, capped by
+    // LAYA_MAX_BATCH_TOKENS chunking).
+    let opts = req.opts;
+    let decision = Decision {
+        states: req.states,
+        questions: req.questions,
+        opts,
+        min_confidence: req.min_confidence,
+        pin,
+        task: req.task,
+        lang: req.lang,
+        lang_guess: req.lang_guess,
+    };
+    let mut decided = state.worker.decide(decision).await.map_err(failure)?;
+    record_inference(state, "batch", &decided);
+    touch_resident(state, &decided.results);
+    let mut out = String::with_capacity(4096);
+    out.push_str("{\"results\":[");
+    let (mut input_tokens, mut output_tokens) = (0, 0);
+    for (i, (result, routing)) in decided.results.iter_mut().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        input_tokens += result.usage.input_tokens;
+        output_tokens += result.usage.output_tokens;
+        write_result(&mut out, result, routing, cfg.jev_strict).map_err(|e| ApiError::new(422, e.to_string()))?;
+    }
+    out.push_str(&format!("],\"total_usage\":{{\"input_tokens\":{input_tokens},\"output_tokens\":{output_tokens}}}}}"));
+    let mut resp = json_response(StatusCode::OK, out);
+    timing_headers(&mut resp, decided.inference_ms);
+    Ok(resp)
+}
+
+/// `GET /health`: never refused and never queued. Without the bearer (when a key is set) only
+/// `{"status":"ok"}`; otherwise upstream's full payload.
+async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if !authorized(&state.cfg, &headers) {
+        return json_response(StatusCode::OK, "{\"status\":\"ok\"}".to_owned());
+    }
+    let resident = state.resident.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let device = &state.info.device;
+    let mut out = String::from("{\"status\":\"ok\",\"loaded\":[");
+    let list = |out: &mut String, f: &dyn Fn(&mut String, &str)| {
+        for (i, name) in resident.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            f(out, name);
+        }
+    };
+    list(&mut out, &|out, name| laya_core::pyjson::write_str(out, name));
+    // Load order (upstream's `revisions`): the three names as preloaded.
+    out.push_str("],\"revisions\":{");
+    let revision = match &state.cfg.revision {
+        Some(r) => {
+            let mut s = String::new();
+            laya_core::pyjson::write_str(&mut s, r);
+            s
+        }
+        None => "null".to_owned(),
+    };
+    out.push_str(&format!(
+        "\"english\":{revision},\"multilingual\":{revision},\"typed-decisions\":{revision}}},\"device\":"
+    ));
+    laya_core::pyjson::write_str(&mut out, device);
+    out.push_str(",\"device_is_preference\":false,\"checkpoint_devices\":{");
+    list(&mut out, &|out, name| {
+        laya_core::pyjson::write_str(out, name);
+        out.push(':');
+        laya_core::pyjson::write_str(out, device);
+    });
+    out.push_str("},\"cpu_fallbacks\":{");
+    list(&mut out, &|out, name| {
+        laya_core::pyjson::write_str(out, name);
+        out.push_str(":{\"count\":0,\"last_reason\":null}");
+    });
+    out.push_str("}}");
+    json_response(StatusCode::OK, out)
+}
+
+/// `GET /metrics` (Prometheus text). Behind the bearer whenever a key is set.
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if !authorized(&state.cfg, &headers) {
+        return ApiError::unauthorized().into_response();
+    }
+    let mut resp = state.metrics.render().into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    resp
+}

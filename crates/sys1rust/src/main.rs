@@ -1,0 +1,99 @@
+//! `sys1rust`: Laya System 1 decision models on MLX.
+
+mod bench;
+mod decide;
+mod http;
+mod serve;
+mod server;
+mod worker;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use laya_mlx::{DeviceKind, EngineSettings, Precision};
+
+#[derive(Parser)]
+#[command(name = "sys1rust", version, about = "Serve Laya System 1 decision models")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the model over HTTP, wire-compatible with laya-serve 0.4.15's /v1/systemone API.
+    Serve(Box<serve::ServeArgs>),
+    /// Answer one `/v1/systemone` request body (a file, or stdin) and print upstream's result JSON.
+    Decide(decide::DecideArgs),
+    /// Time loading and answering a workload in-process (see bench/).
+    Bench(bench::BenchArgs),
+}
+
+/// Where the model is and how it runs.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// Checkpoint directory (rl_agent_config.json, model.safetensors, encoder/, tokenizer/).
+    #[arg(long, env = "SYS1_MODEL")]
+    pub model: PathBuf,
+    /// Compute in f32 (the default on the CPU, where MLX has no fast f16 matmul).
+    #[arg(long, env = "SYS1_F32", conflicts_with = "f16", default_value = "false", value_parser = serve::truthy, num_args = 0..=1, default_missing_value = "true")]
+    pub f32: bool,
+    /// Compute in f16 (the default on a GPU).
+    #[arg(long)]
+    pub f16: bool,
+    /// Device that runs the forward pass.
+    #[arg(long, value_enum, default_value_t = Device::Auto, env = "SYS1_DEVICE")]
+    pub device: Device,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Device {
+    /// The GPU when libmlx has one (Metal, CUDA), else the CPU.
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+impl ModelArgs {
+    pub fn settings(&self) -> EngineSettings {
+        EngineSettings {
+            device: match self.device {
+                Device::Auto => DeviceKind::Default,
+                Device::Cpu => DeviceKind::Cpu,
+                Device::Gpu => DeviceKind::Gpu,
+            },
+            precision: if self.f32 {
+                Some(Precision::F32)
+            } else if self.f16 {
+                Some(Precision::F16)
+            } else {
+                None
+            },
+            ..EngineSettings::default()
+        }
+    }
+
+    pub fn load(&self) -> anyhow::Result<laya_core::engine_api::Engine<laya_mlx::MlxEngine>> {
+        let forward = laya_mlx::MlxEngine::load(&self.model, &self.settings())
+            .with_context(|| format!("loading the model in {}", self.model.display()))?;
+        laya_core::engine_api::Engine::load(&self.model, forward)
+            .with_context(|| format!("loading the tokenizer and configs in {}", self.model.display()))
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => serve::run(*args),
+        Command::Decide(args) => decide::run(&args),
+        Command::Bench(args) => bench::run(&args),
+    }
+}

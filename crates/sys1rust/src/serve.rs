@@ -1,0 +1,167 @@
+//! `sys1rust serve`: load the model on the engine worker, warm it up, listen, print the ready
+//! line, and serve until SIGINT/SIGTERM.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use laya_core::engine::{Forward, Row};
+use laya_core::request::Limits;
+use laya_core::routing::{Checkpoint, RoutingConfig};
+
+use crate::http::{self, AppState, HttpConfig};
+use crate::server::{self, ConnLimits};
+use crate::worker::{self, WorkerInfo};
+use crate::ModelArgs;
+
+/// Upstream's boolean environment rule: `1`, `true`, `yes`, `on` (any case) are true.
+pub fn truthy(s: &str) -> Result<bool, std::convert::Infallible> {
+    Ok(matches!(s.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+}
+
+/// Upstream's `LAYA_MAX_CONCURRENT` rule: an integer, anything invalid or <= 0 means 16.
+fn concurrency(s: &str) -> Result<usize, std::convert::Infallible> {
+    Ok(s.trim().parse::<i64>().ok().filter(|&n| n > 0).map(|n| n as usize).unwrap_or(16))
+}
+
+/// A positive number of seconds; anything else falls back to `default` (upstream's rule for
+/// `LAYA_BODY_READ_TIMEOUT`).
+fn seconds_or(s: &str, default: f64) -> Duration {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Duration::from_secs_f64(v),
+        _ => Duration::from_secs_f64(default),
+    }
+}
+
+fn positive_or(s: &str, default: usize) -> Result<usize, std::convert::Infallible> {
+    Ok(s.trim().parse::<i64>().ok().filter(|&n| n > 0).map(|n| n as usize).unwrap_or(default))
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to bind.
+    #[arg(long, env = "LAYA_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind; 0 picks a free port (the ready line says which).
+    #[arg(long, env = "LAYA_PORT", default_value_t = 8000)]
+    pub port: u16,
+    /// Require `Authorization: Bearer <key>` on the decision routes (and /metrics).
+    #[arg(long, env = "LAYA_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Decision requests admitted at once (one runs, the rest queue); more get 503.
+    #[arg(long, env = "LAYA_MAX_CONCURRENT", default_value = "16", value_parser = concurrency)]
+    pub max_concurrent: usize,
+    /// Strict Jev output: only the contracted keys.
+    #[arg(long, env = "LAYA_JEV_STRICT", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
+    pub jev_strict: bool,
+    /// Seconds to receive a whole request body (408 after).
+    #[arg(long, env = "LAYA_BODY_READ_TIMEOUT", default_value = "10")]
+    pub body_timeout: String,
+    /// Largest `max_len` / `head_max_len` a request may ask for.
+    #[arg(long, env = "LAYA_MAX_TOKEN_BUDGET", default_value = "8192", value_parser = |s: &str| positive_or(s, 8192))]
+    pub max_token_budget: usize,
+    /// Token budget of one batch forward pass (larger batches are split, never refused).
+    #[arg(long, env = "LAYA_MAX_BATCH_TOKENS", default_value = "131072", value_parser = |s: &str| positive_or(s, 131072))]
+    pub max_batch_tokens: usize,
+    /// Routing fallback for states without language evidence (english, multilingual, typed-decisions).
+    #[arg(long, env = "LAYA_DEFAULT_MODEL", default_value = "multilingual")]
+    pub default_model: String,
+    /// Route requests whose question ids match a typed-decisions workflow to typed-decisions.
+    #[arg(long, env = "LAYA_AUTO_TASK", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
+    pub auto_task: bool,
+    /// The source string `routing.repo` reports (default: the model's repo id or directory name).
+    #[arg(long, env = "SYS1_REPO_LABEL")]
+    pub repo_label: Option<String>,
+    /// Most open connections; new ones past it are closed at once.
+    #[arg(long, env = "SYS1_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers.
+    #[arg(long, env = "SYS1_HEADER_TIMEOUT", default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds an idle keep-alive connection stays open.
+    #[arg(long, env = "SYS1_KEEP_ALIVE_TIMEOUT", default_value_t = 5.0)]
+    pub keep_alive_timeout: f64,
+}
+
+/// A short warm-up row, so the first request does not pay MLX's one-time compilation.
+fn warm_up<F: Forward>(engine: &mut laya_core::engine_api::Engine<F>) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let tok = &engine.tokenizer;
+    let row = Row {
+        ids: vec![tok.cls.id, tok.sep.id, tok.mask.id, tok.mask.id, tok.sep.id, tok.sep.id],
+        markers: vec![2, 3],
+        qtype: laya_core::config::QType::Choice,
+    };
+    engine.forward.forward(&[row]).context("warm-up forward")?;
+    Ok(started.elapsed().as_secs_f64() * 1e3)
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let default_model = Checkpoint::from_name(&args.default_model)
+        .with_context(|| format!("invalid LAYA_DEFAULT_MODEL {:?}", args.default_model))?;
+    let model_dir = args.model.model.clone();
+    let repo_label = args.repo_label.clone().unwrap_or_else(|| {
+        model_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| model_dir.display().to_string())
+    });
+    let routing = RoutingConfig::single(repo_label, default_model, args.auto_task);
+    let model = args.model.clone();
+    let (handle, ready, _thread) = worker::spawn(args.max_concurrent, routing.clone(), move || {
+        let started = Instant::now();
+        let mut engine = model.load()?;
+        let load_ms = started.elapsed().as_secs_f64() * 1e3;
+        let warmup_ms = warm_up(&mut engine)?;
+        let info = WorkerInfo {
+            device: engine.forward.device_name(),
+            precision: engine.forward.precision().name().to_owned(),
+            load_ms,
+            warmup_ms,
+        };
+        Ok((engine, info))
+    })?;
+    let info = ready.recv().context("the engine worker stopped while loading")??;
+
+    let cfg = HttpConfig {
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        body_timeout: seconds_or(&args.body_timeout, 10.0),
+        limits: Limits {
+            max_token_budget: args.max_token_budget,
+            max_batch_tokens: args.max_batch_tokens,
+            ..Limits::default()
+        },
+        jev_strict: args.jev_strict,
+        routing,
+        revision: None,
+    };
+    let limits = ConnLimits {
+        max_connections: args.max_connections,
+        header_read_timeout: Duration::from_secs_f64(args.header_timeout.max(0.001)),
+        keep_alive_timeout: Duration::from_secs_f64(args.keep_alive_timeout.max(0.001)),
+    };
+    let state = AppState::new(cfg, handle, args.max_concurrent, info.clone());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+        let addr = listener.local_addr()?;
+        let ready_line = serde_json::json!({
+            "event": "ready",
+            "address": addr.to_string(),
+            "url": format!("http://{addr}"),
+            "model": args.model.model.display().to_string(),
+            "revision": serde_json::Value::Null,
+            "engine": "mlx",
+            "device": info.device,
+            "precision": info.precision,
+            "load_ms": (info.load_ms * 10.0).round() / 10.0,
+            "warmup_ms": (info.warmup_ms * 10.0).round() / 10.0,
+        });
+        println!("{ready_line}");
+        tracing::info!(%addr, "listening");
+        server::serve(listener, http::app(state), limits, server::shutdown_signal()).await?;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
