@@ -1,0 +1,207 @@
+//! The one error type of this crate. Every message names what the user gave or what failed
+//! (model, file, URL, path) and, where there is one, what to do next.
+
+use std::path::PathBuf;
+
+/// Why a model could not be resolved, downloaded or listed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HubError {
+    /// The spec is neither a known name, a repo id nor a directory.
+    #[error(
+        "unknown model `{spec}`: use one of {known}, a Hugging Face repo id (org/name) \
+         or a local checkpoint directory"
+    )]
+    UnknownModel {
+        /// What the user typed.
+        spec: String,
+        /// The known names, comma-separated.
+        known: String,
+    },
+
+    /// The spec looks like a path but there is no directory there.
+    #[error("no checkpoint directory at {0}")]
+    LocalNotFound(PathBuf),
+
+    /// A local checkpoint directory lacks files a checkpoint needs.
+    #[error("{dir} is not a complete checkpoint: missing {missing}")]
+    LocalIncomplete {
+        /// The directory given.
+        dir: PathBuf,
+        /// The missing files, comma-separated.
+        missing: String,
+    },
+
+    /// `--revision` was given together with a local directory.
+    #[error("--revision `{revision}` applies to hub models, not to the local directory {dir}")]
+    RevisionForLocal {
+        /// The revision given.
+        revision: String,
+        /// The directory given.
+        dir: PathBuf,
+    },
+
+    /// A revision that is not usable (empty, or with characters a ref cannot have).
+    #[error("invalid revision `{0}`")]
+    InvalidRevision(String),
+
+    /// A commit prefix matches more than one cached snapshot.
+    #[error("revision `{revision}` matches several cached snapshots of {repo}: {candidates}")]
+    AmbiguousRevision {
+        /// Repo id.
+        repo: String,
+        /// The prefix given.
+        revision: String,
+        /// The matching commits, comma-separated.
+        candidates: String,
+    },
+
+    /// Downloads are off and the model is not (completely) in the cache.
+    #[error(
+        "{what} is not in the cache at {cache} and downloads are off (--offline or HF_HUB_OFFLINE). \
+         Download it with `sys1rust pull {pull_args}` on a machine that can reach the hub \
+         (then copy that cache here, or point HF_HOME at it), or pass `--model DIR` with a \
+         local checkpoint directory"
+    )]
+    NotCached {
+        /// The model and revision, for the message.
+        what: String,
+        /// The hub cache directory searched.
+        cache: PathBuf,
+        /// Arguments of the `sys1rust pull` that would fetch it.
+        pull_args: String,
+    },
+
+    /// The hub answered 404: no such repo, revision or file.
+    #[error("{url}: not found on the hub ({code}){hint}")]
+    NotFound {
+        /// The URL asked for.
+        url: String,
+        /// The hub's `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) or `HTTP 404`.
+        code: String,
+        /// Extra advice, may be empty.
+        hint: String,
+    },
+
+    /// The hub answered 401 or 403.
+    #[error("{url}: access denied (HTTP {status}){hint}")]
+    Unauthorized {
+        /// The URL asked for.
+        url: String,
+        /// 401 or 403.
+        status: u16,
+        /// Whether a token was sent, and what to do.
+        hint: String,
+    },
+
+    /// Any other HTTP error status.
+    #[error("{url}: HTTP {status}{detail}")]
+    Http {
+        /// The URL asked for.
+        url: String,
+        /// The status code.
+        status: u16,
+        /// The hub's `X-Error-Message`, if any.
+        detail: String,
+    },
+
+    /// The hub could not be reached (DNS, connect, TLS, timeout before an answer).
+    #[error("cannot reach {url}: {reason}")]
+    Network {
+        /// The URL asked for.
+        url: String,
+        /// The transport error.
+        reason: String,
+    },
+
+    /// The hub's answer lacked something the protocol promises (a header, a valid redirect).
+    #[error("{url}: unexpected answer from the hub: {reason}")]
+    BadResponse {
+        /// The URL asked for.
+        url: String,
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// The body stopped before the whole file arrived (connection closed, read timeout). The
+    /// bytes so far are kept in `blobs/<hash>.incomplete`; the next pull resumes from there.
+    #[error(
+        "download of {path} from {repo} stopped after {received} of {expected} bytes ({reason}); \
+         run the command again to resume"
+    )]
+    Interrupted {
+        /// Repo id.
+        repo: String,
+        /// File path in the repo.
+        path: String,
+        /// Bytes on disk now.
+        received: u64,
+        /// Bytes expected, or `?`.
+        expected: String,
+        /// The transport error.
+        reason: String,
+    },
+
+    /// A downloaded file did not match its pinned size or hash. The bytes were deleted and
+    /// nothing was added to the snapshot.
+    #[error(
+        "{path} of {repo}@{revision} failed verification: expected {expected}, got {actual}; \
+         the downloaded file was deleted. Run the command again; if it fails again the hub or \
+         a proxy is serving different content than the pin"
+    )]
+    Integrity {
+        /// Repo id.
+        repo: String,
+        /// Commit.
+        revision: String,
+        /// File path in the repo.
+        path: String,
+        /// `sha256 <hex>`, `git blob sha1 <hex>` or `<n> bytes`.
+        expected: String,
+        /// What the bytes gave.
+        actual: String,
+    },
+
+    /// A file system operation failed.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done (`create`, `read`, `rename`, …).
+        action: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+
+    /// `HF_ENDPOINT` (or the configured endpoint) is not an http(s) URL.
+    #[error("invalid hub endpoint `{endpoint}`: {reason}")]
+    InvalidEndpoint {
+        /// The value given.
+        endpoint: String,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// No cache directory could be derived (no `HF_HUB_CACHE`, `HF_HOME`, `XDG_CACHE_HOME` or `HOME`).
+    #[error("no cache directory: set HF_HOME (or HF_HUB_CACHE)")]
+    NoCacheDir,
+
+    /// An injected model table is inconsistent.
+    #[error("invalid model table: {0}")]
+    InvalidModelTable(String),
+}
+
+impl HubError {
+    /// An [`HubError::Io`] for `path`.
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> HubError {
+        let path = path.into();
+        move |source| HubError::Io {
+            action,
+            path,
+            source,
+        }
+    }
+}
