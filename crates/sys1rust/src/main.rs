@@ -3,11 +3,12 @@
 mod bench;
 mod decide;
 mod http;
+mod models;
 mod serve;
 mod server;
 mod worker;
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -28,14 +29,26 @@ enum Command {
     Decide(decide::DecideArgs),
     /// Time loading and answering a workload in-process (see bench/).
     Bench(bench::BenchArgs),
+    /// Download a model into the Hugging Face cache (verified, resumable).
+    Pull(models::PullArgs),
+    /// List the models in the cache.
+    Models,
 }
 
 /// Where the model is and how it runs.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// Checkpoint directory (rl_agent_config.json, model.safetensors, encoder/, tokenizer/).
-    #[arg(long, env = "SYS1_MODEL")]
-    pub model: PathBuf,
+    /// A model name (typed-decisions, multilingual, english, or an alias), a Hugging Face repo
+    /// id, or a local checkpoint directory (used in place).
+    #[arg(long, env = "SYS1_MODEL", default_value = laya_hub::DEFAULT_MODEL)]
+    pub model: String,
+    /// Serve another cached revision (a commit or its prefix; the pin's 7-character prefix
+    /// means the pin).
+    #[arg(long, env = "SYS1_REVISION")]
+    pub revision: Option<String>,
+    /// Never download (also HF_HUB_OFFLINE=1): a model missing from the cache is an error.
+    #[arg(long)]
+    pub offline: bool,
     /// Compute in f32 (the default on the CPU, where MLX has no fast f16 matmul).
     #[arg(long, env = "SYS1_F32", conflicts_with = "f16", default_value = "false", value_parser = serve::truthy, num_args = 0..=1, default_missing_value = "true")]
     pub f32: bool,
@@ -74,11 +87,31 @@ impl ModelArgs {
         }
     }
 
+    /// Finds the checkpoint directory, downloading the model once if it is not cached.
+    pub fn resolve(&self) -> anyhow::Result<laya_hub::ResolvedModel> {
+        let hub = laya_hub::Hub::from_env().context("reading the Hugging Face settings")?;
+        let progress = laya_hub::stderr_progress();
+        hub.resolve(&self.model, self.revision.as_deref(), self.offline, &*progress).with_context(|| {
+            format!(
+                "cannot get model {:?}. Where Hugging Face cannot be reached, serve a local checkpoint \
+                 directory instead: --model DIR (rl_agent_config.json, model.safetensors, encoder/, tokenizer/)",
+                self.model
+            )
+        })
+    }
+
+    /// Loads the engine from a resolved checkpoint directory.
+    pub fn load_dir(&self, dir: &Path) -> anyhow::Result<laya_core::engine_api::Engine<laya_mlx::MlxEngine>> {
+        let forward = laya_mlx::MlxEngine::load(dir, &self.settings())
+            .with_context(|| format!("loading the model in {}", dir.display()))?;
+        laya_core::engine_api::Engine::load(dir, forward)
+            .with_context(|| format!("loading the tokenizer and configs in {}", dir.display()))
+    }
+
+    /// Resolves and loads.
     pub fn load(&self) -> anyhow::Result<laya_core::engine_api::Engine<laya_mlx::MlxEngine>> {
-        let forward = laya_mlx::MlxEngine::load(&self.model, &self.settings())
-            .with_context(|| format!("loading the model in {}", self.model.display()))?;
-        laya_core::engine_api::Engine::load(&self.model, forward)
-            .with_context(|| format!("loading the tokenizer and configs in {}", self.model.display()))
+        let resolved = self.resolve()?;
+        self.load_dir(&resolved.dir)
     }
 }
 
@@ -95,5 +128,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(*args),
         Command::Decide(args) => decide::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Pull(args) => models::pull(&args),
+        Command::Models => models::list(),
     }
 }

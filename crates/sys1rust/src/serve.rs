@@ -101,15 +101,18 @@ fn warm_up<F: Forward>(engine: &mut laya_core::engine_api::Engine<F>) -> anyhow:
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let default_model = Checkpoint::from_name(&args.default_model)
         .with_context(|| format!("invalid LAYA_DEFAULT_MODEL {:?}", args.default_model))?;
-    let model_dir = args.model.model.clone();
-    let repo_label = args.repo_label.clone().unwrap_or_else(|| {
-        model_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| model_dir.display().to_string())
+    let resolved = args.model.resolve()?;
+    let model_dir = resolved.dir.clone();
+    // Upstream prints the checkpoint's source: the repo id, or the directory as configured.
+    let repo_label = args.repo_label.clone().unwrap_or_else(|| match &resolved.repo {
+        Some(repo) => repo.clone(),
+        None => model_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| resolved.name.clone()),
     });
     let routing = RoutingConfig::single(repo_label, default_model, args.auto_task);
     let model = args.model.clone();
     let (handle, ready, _thread) = worker::spawn(args.max_concurrent, routing.clone(), move || {
         let started = Instant::now();
-        let mut engine = model.load()?;
+        let mut engine = model.load_dir(&model_dir)?;
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
         let warmup_ms = warm_up(&mut engine)?;
         let info = WorkerInfo {
@@ -132,7 +135,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         jev_strict: args.jev_strict,
         routing,
-        revision: None,
+        revision: resolved.revision.clone(),
     };
     let limits = ConnLimits {
         max_connections: args.max_connections,
@@ -150,8 +153,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "event": "ready",
             "address": addr.to_string(),
             "url": format!("http://{addr}"),
-            "model": args.model.model.display().to_string(),
-            "revision": serde_json::Value::Null,
+            "model": resolved.name,
+            "dir": resolved.dir.display().to_string(),
+            "revision": resolved.revision,
             "engine": "mlx",
             "device": info.device,
             "precision": info.precision,

@@ -1,0 +1,154 @@
+//! The replay test: `sys1rust serve` on each stored checkpoint answers every recorded request of
+//! `references/<checkpoint>/{smoke,short,edge}.jsonl` over real HTTP with upstream's status,
+//! recorded headers (timing values aside) and body bytes.
+//!
+//! In f32 the body must equal upstream's text except a number one unit off in the 4th decimal
+//! whose unrounded upstream value lies on a rounding boundary (the engine parity rule, see
+//! crates/laya-mlx/tests/answers.rs for the tolerance); in f16 every probability must be
+//! within 1e-2 of upstream's and the choice equal except near ties, with everything else in
+//! the body (usage, routing, errors, key order) exact.
+
+mod support;
+
+use laya_core::engine_api::Engine;
+use laya_core::pyjson::{self, Object, Style, Value};
+use laya_fixtures::{check_f32, references, unrounded_body, Replay, CHECKPOINTS, WORKLOADS};
+use support::{checkpoint, Server};
+
+/// See crates/laya-mlx/tests/answers.rs: MLX's and PyTorch's f32 differ by summation order.
+const BOUNDARY: f64 = 1e-5;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    F32,
+    F16,
+}
+
+fn header_matches(expected: &str, got: Option<&str>) -> bool {
+    let Some(got) = got else { return false };
+    if !expected.contains("<ms>") {
+        return expected == got;
+    }
+    // `<ms>` stands for a `%.2f` number.
+    let (prefix, suffix) = expected.split_once("<ms>").unwrap_or((expected, ""));
+    let Some(number) = got.strip_prefix(prefix).and_then(|g| g.strip_suffix(suffix)) else { return false };
+    let (int, frac) = number.split_once('.').unwrap_or(("", ""));
+    !int.is_empty() && int.bytes().all(|b| b.is_ascii_digit()) && frac.len() == 2 && frac.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn compact(v: &Value) -> String {
+    pyjson::dumps(v, Style::Compact).expect("finite")
+}
+
+/// The f16 rule on one answer object; everything but the numbers is compared exactly.
+fn compare_answer_f16(mine: &Object, up: &Object, ctx: &str, worst: &mut f64, flips: &mut usize) {
+    let keys = |o: &Object| o.keys().map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(keys(mine), keys(up), "{ctx}: answer keys");
+    let number = |v: Option<&Value>| v.and_then(Value::as_number_f64).unwrap_or(f64::NAN);
+    let probs = |o: &Object| -> Vec<f64> {
+        match o.get("probabilities") {
+            Some(Value::Object(p)) => p.values().map(|v| v.as_number_f64().unwrap_or(f64::NAN)).collect(),
+            _ => vec![1.0 - number(o.get("noul")), number(o.get("noul"))],
+        }
+    };
+    let (pm, pu) = (probs(mine), probs(up));
+    assert_eq!(pm.len(), pu.len(), "{ctx}: probability count");
+    for (m, u) in pm.iter().zip(&pu) {
+        let e = (m - u).abs();
+        *worst = worst.max(e);
+        assert!(e <= 1e-2, "{ctx}: probability {m} vs upstream {u}");
+    }
+    if let (Some(cm), Some(cu)) = (mine.get("choice"), up.get("choice")) {
+        if compact(cm) != compact(cu) {
+            let mut sorted = pu.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            let gap = sorted[0] - sorted.get(1).copied().unwrap_or(0.0);
+            assert!(gap <= 0.02, "{ctx}: choice {} vs upstream {} with a gap of {gap}", compact(cm), compact(cu));
+            *flips += 1;
+        }
+    }
+    for key in ["type", "legend"] {
+        assert_eq!(mine.get(key).map(compact), up.get(key).map(compact), "{ctx}: {key}");
+    }
+}
+
+fn compare_result_f16(mine: &Value, up: &Value, ctx: &str, worst: &mut f64, flips: &mut usize) {
+    let (Value::Object(m), Value::Object(u)) = (mine, up) else { panic!("{ctx}: result is not an object") };
+    let keys = |o: &Object| o.keys().map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(keys(m), keys(u), "{ctx}: result keys");
+    for (k, uv) in u.iter() {
+        let mv = m.get(k).expect("same keys");
+        match (k, mv, uv) {
+            ("answers", Value::Object(ma), Value::Object(ua)) => {
+                assert_eq!(keys(ma), keys(ua), "{ctx}: answer ids");
+                for (qid, ua) in ua.iter() {
+                    let (Some(Value::Object(ma)), Value::Object(ua)) = (ma.get(qid), ua) else { panic!("{ctx}: answer") };
+                    compare_answer_f16(ma, ua, &format!("{ctx} {qid}"), worst, flips);
+                }
+            }
+            ("results", Value::Array(mr), Value::Array(ur)) => {
+                assert_eq!(mr.len(), ur.len(), "{ctx}: results");
+                for (i, (a, b)) in mr.iter().zip(ur).enumerate() {
+                    compare_result_f16(a, b, &format!("{ctx} result {i}"), worst, flips);
+                }
+            }
+            _ => assert_eq!(compact(mv), compact(uv), "{ctx}: {k}"),
+        }
+    }
+}
+
+fn replay(mode: Mode) {
+    let precision = if mode == Mode::F32 { "--f32" } else { "--f16" };
+    let mut checked = 0;
+    let mut boundary = 0;
+    let (mut worst, mut flips) = (0.0f64, 0usize);
+    for ckpt in CHECKPOINTS {
+        let dir = checkpoint(ckpt);
+        let mut oracle = Engine::load(&dir, Replay::default()).expect("tokenizer and configs");
+        for workload in WORKLOADS {
+            // A fresh server per file, as upstream's references were recorded: /health lists
+            // checkpoints in least-recently-used order, which earlier requests change.
+            let server = Server::start(&["--model", dir.to_str().expect("utf-8"), precision], &[]);
+            for reference in references(ckpt, workload) {
+                let ctx = format!("{precision} {ckpt}/{workload} {}", reference.id);
+                let headers: Vec<(&str, &str)> =
+                    reference.request_headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let headers = if headers.is_empty() && reference.request_body.is_some() {
+                    vec![("content-type", "application/json")]
+                } else {
+                    headers
+                };
+                let resp = server.send(&reference.method, &reference.path, &headers, reference.request_body.as_deref());
+                assert_eq!(resp.status, reference.status, "{ctx}: status; body {}", resp.text());
+                for (name, value) in &reference.headers {
+                    assert!(header_matches(value, resp.header(name)), "{ctx}: header {name}: {:?} vs upstream {value:?}", resp.header(name));
+                }
+                let body = resp.text();
+                let decision = reference.status == 200 && reference.path.starts_with("/v1/systemone");
+                if !decision || body == reference.body {
+                    assert_eq!(body, reference.body, "{ctx}: body");
+                } else if mode == Mode::F32 {
+                    let unrounded = unrounded_body(&mut oracle, &reference).unwrap_or_else(|| reference.body.clone());
+                    boundary += check_f32(&body, &reference.body, &unrounded, BOUNDARY).unwrap_or_else(|e| panic!("{ctx}: {e}")).len();
+                } else {
+                    let mine = pyjson::loads(body.as_bytes()).expect("our body is JSON").value;
+                    let up = pyjson::loads(reference.body.as_bytes()).expect("upstream body is JSON").value;
+                    compare_result_f16(&mine, &up, &ctx, &mut worst, &mut flips);
+                }
+                checked += 1;
+            }
+        }
+    }
+    println!("{precision}: {checked} requests replayed; {boundary} numbers on a rounding boundary; f16 max probability error {worst:.5}, near-tie flips {flips}");
+    assert_eq!(checked, 2 * (24 + 40 + 117), "every recorded request is replayed");
+}
+
+#[test]
+fn replay_f32_matches_upstream_bytes() {
+    replay(Mode::F32);
+}
+
+#[test]
+fn replay_f16_within_tolerance() {
+    replay(Mode::F16);
+}
