@@ -4,29 +4,11 @@
 
 use laya_core::{confidence, decode};
 use laya_core::engine::RowLogits;
-use laya_core::engine_api::{Engine, StateResult};
+use laya_core::engine_api::Engine;
 use laya_core::question::parse_questions;
-use laya_core::render;
-use laya_fixtures::{check_f32, fixtures_dir, references, Replay, CHECKPOINTS, WORKLOADS};
+use laya_fixtures::{check_f32, fixtures_dir, open_text, references, upstream_results, Replay, CHECKPOINTS, WORKLOADS};
 
-/// Upstream's `{"model":...,"answers":...,"usage":...` of each state, without `routing`.
-fn upstream_results(body: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut rest = body;
-    while let Some(start) = rest.find("{\"model\":\"laya-rl-agent\"") {
-        let tail = &rest[start..];
-        let end = tail.find(",\"routing\":").expect("a result without routing");
-        out.push(&tail[..end]);
-        rest = &tail[end..];
-    }
-    out
-}
 
-fn open_text(r: &StateResult) -> String {
-    let mut s = String::new();
-    render::write_result_open(&mut s, r).expect("finite answers");
-    s
-}
 
 #[test]
 fn layout_and_decoding_match_upstream() {

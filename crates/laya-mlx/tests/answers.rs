@@ -14,7 +14,10 @@ use laya_core::engine_api::{Engine, LongOptions, StateResult};
 use laya_core::pyjson::{self, Style, Value};
 use laya_core::question::{parse_questions, Question};
 use laya_core::render;
-use laya_fixtures::{check_f16, check_f32, fixtures_dir, read_jsonl, references, F16Stats, CHECKPOINTS, WORKLOADS};
+use laya_fixtures::{
+    check_f16, check_f32, fixtures_dir, open_text, read_jsonl, references, upstream_results, F16Stats, CHECKPOINTS,
+    WORKLOADS,
+};
 use laya_mlx::{EngineSettings, MlxEngine, Precision};
 
 /// How close to a rounding boundary upstream's unrounded value must be for a one-unit
@@ -31,24 +34,7 @@ fn engine(ckpt: &str, precision: Precision) -> Engine<MlxEngine> {
     Engine::load(&dir, forward).expect("tokenizer and configs load")
 }
 
-fn open_text(r: &StateResult) -> String {
-    let mut s = String::new();
-    render::write_result_open(&mut s, r).expect("finite answers");
-    s
-}
 
-/// Upstream's `{"model":...,"answers":...,"usage":...` of each state, without `routing`.
-fn upstream_results(body: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut rest = body;
-    while let Some(start) = rest.find("{\"model\":\"laya-rl-agent\"") {
-        let tail = &rest[start..];
-        let end = tail.find(",\"routing\":").expect("a result without routing");
-        out.push(&tail[..end]);
-        rest = &tail[end..];
-    }
-    out
-}
 
 /// The same answers, unrounded, from the given logits per (state, question).
 fn unrounded(

@@ -1,0 +1,65 @@
+//! Upstream's own answers before rounding, recomputed from its recorded raw logits, for the
+//! rounding-boundary rule of [`crate::check_f32`].
+
+use laya_core::confidence;
+use laya_core::decode;
+use laya_core::engine::RowLogits;
+use laya_core::engine_api::{Engine, StateResult};
+use laya_core::question::parse_questions;
+use laya_core::render;
+
+use crate::{Reference, Replay};
+
+/// Upstream's `{"model":...,"answers":...,"usage":...` of each state in a response body,
+/// without `routing` (one for the single route, one per state for the batch route).
+pub fn upstream_results(body: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    while let Some(start) = rest.find("{\"model\":\"laya-rl-agent\"") {
+        let tail = &rest[start..];
+        let Some(end) = tail.find(",\"routing\":") else { break };
+        out.push(&tail[..end]);
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// The result text up to `usage` (what [`upstream_results`] cuts from a body).
+pub fn open_text(r: &StateResult) -> String {
+    let mut s = String::new();
+    // Non-finite answers cannot come from a 200 reference.
+    let _ = render::write_result_open(&mut s, r);
+    s
+}
+
+/// Upstream's response body with every result's answers unrounded (decoded from upstream's
+/// raw logits with the same gate and `x_jev_confidence`), or `None` when upstream recorded
+/// no rows for this request (raw-body requests).
+pub fn unrounded_body(engine: &mut Engine<Replay>, reference: &Reference) -> Option<String> {
+    let call = reference.decision_call()?;
+    if reference.passes.is_empty() {
+        return None;
+    }
+    let questions = parse_questions(&call.questions).ok()?;
+    engine.forward = Replay::new(&reference.passes);
+    let mut results = engine.predict_batch(&call.states, &questions, &call.opts).ok()?;
+    if let Some(min) = &call.min_confidence {
+        confidence::apply_gate(&mut results, min);
+    }
+    confidence::add_jev_confidence(&mut results);
+    let rows: Vec<_> = reference.passes.iter().flatten().collect();
+    let mut body = reference.body.clone();
+    for (s, r) in results.iter_mut().enumerate() {
+        for (q, (_, a)) in questions.iter().zip(r.answers.iter_mut()) {
+            let row = rows.iter().find(|x| x.qid == q.id && x.state.unwrap_or(0) == s)?;
+            let (gate, jev) = (a.gate, a.x_jev_confidence);
+            *a = decode::decode_unrounded(q, &RowLogits { logits: row.logits.clone(), act_logits: row.act_logits.clone() }, &engine.agent);
+            a.gate = gate;
+            a.x_jev_confidence = jev;
+        }
+        let up = upstream_results(&reference.body).get(s).copied()?;
+        // Splice the unrounded rendering where upstream's text stands, keeping `routing`.
+        body = body.replacen(up, &open_text(r), 1);
+    }
+    Some(body)
+}
