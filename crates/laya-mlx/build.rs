@@ -14,7 +14,10 @@ fn main() {
     }
     // Which GPU backend the linked libmlx has (cpu, cuda or metal), for the device name the
     // server reports.
-    println!("cargo:rustc-env=LAYA_MLX_BACKEND={}", var("DEP_MLX_BACKEND").unwrap_or_else(|| "cpu".into()));
+    println!(
+        "cargo:rustc-env=LAYA_MLX_BACKEND={}",
+        var("DEP_MLX_BACKEND").unwrap_or_else(|| "cpu".into())
+    );
     if var("CARGO_CFG_TARGET_OS").as_deref() != Some("linux") {
         return;
     }

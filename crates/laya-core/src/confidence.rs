@@ -63,7 +63,11 @@ pub fn apply_gate(results: &mut [StateResult], min: &MinConfidence) {
         for (_, a) in &mut r.answers {
             let threshold = min.threshold_for(a);
             let low = a.answer_confidence < threshold;
-            a.gate = Some(Gate { low_confidence: low, abstention: if low { "abstained" } else { "passed" }, threshold });
+            a.gate = Some(Gate {
+                low_confidence: low,
+                abstention: if low { "abstained" } else { "passed" },
+                threshold,
+            });
         }
     }
 }
@@ -88,7 +92,11 @@ pub fn jev_confidence(a: &Answer) -> Option<f64> {
     }
     // Python's sum() adds left to right.
     let total: f64 = p.iter().fold(0.0, |acc, v| acc + v);
-    let p: Vec<f64> = if total != 0.0 { p.iter().map(|v| v / total).collect() } else { vec![1.0 / n as f64; n] };
+    let p: Vec<f64> = if total != 0.0 {
+        p.iter().map(|v| v / total).collect()
+    } else {
+        vec![1.0 / n as f64; n]
+    };
     let nf = n as f64;
     let conf = if matches!(a.body, AnswerBody::Choice { .. }) {
         let max = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -100,7 +108,10 @@ pub fn jev_confidence(a: &Answer) -> Option<f64> {
                 mode = i;
             }
         }
-        let spread = p.iter().enumerate().fold(0.0, |acc, (i, v)| acc + v * (i as f64 - mode as f64).abs());
+        let spread = p
+            .iter()
+            .enumerate()
+            .fold(0.0, |acc, (i, v)| acc + v * (i as f64 - mode as f64).abs());
         let center = (nf - 1.0) / 2.0;
         let uniform = (0..n).fold(0.0, |acc, i| acc + (i as f64 - center).abs()) / nf;
         (1.0 - spread / uniform).max(0.0)

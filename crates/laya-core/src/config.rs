@@ -48,9 +48,15 @@ pub enum LayerKind {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is not valid JSON: {source}")]
-    Json { path: PathBuf, source: serde_json::Error },
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
 }
@@ -91,7 +97,10 @@ impl EncoderConfig {
 
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let v = read_json(path)?;
-        Self::from_json(&v).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+        Self::from_json(&v).map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
     }
 
     /// Accepts both transformers layouts: 5.x (`rope_parameters`, `layer_types`) and
@@ -133,7 +142,13 @@ impl EncoderConfig {
                     .collect::<Result<Vec<_>, _>>()?
             }
             None => (0..num_hidden_layers)
-                .map(|i| if i % every == 0 { LayerKind::Global } else { LayerKind::Sliding })
+                .map(|i| {
+                    if i % every == 0 {
+                        LayerKind::Global
+                    } else {
+                        LayerKind::Sliding
+                    }
+                })
                 .collect(),
         };
         let theta = |layer_type: &str, legacy: &str, default: f64| -> f64 {
@@ -141,7 +156,10 @@ impl EncoderConfig {
             rope.and_then(|r| r.get(layer_type))
                 .and_then(|p| p.get("rope_theta"))
                 .and_then(Value::as_f64)
-                .or_else(|| rope.and_then(|r| r.get("rope_theta")).and_then(Value::as_f64))
+                .or_else(|| {
+                    rope.and_then(|r| r.get("rope_theta"))
+                        .and_then(Value::as_f64)
+                })
                 .or_else(|| v.get(legacy).and_then(Value::as_f64))
                 .unwrap_or(default)
         };
@@ -152,12 +170,16 @@ impl EncoderConfig {
             .unwrap_or(1e-5);
         if let Some(act) = v.get("hidden_activation").and_then(Value::as_str) {
             if act != "gelu" {
-                return Err(format!("hidden_activation {act:?} is not supported (only exact-erf \"gelu\")"));
+                return Err(format!(
+                    "hidden_activation {act:?} is not supported (only exact-erf \"gelu\")"
+                ));
             }
         }
         for key in ["norm_bias", "attention_bias", "mlp_bias"] {
             if v.get(key).and_then(Value::as_bool) == Some(true) {
-                return Err(format!("{key}=true is not supported (Laya encoders have no biases)"));
+                return Err(format!(
+                    "{key}=true is not supported (Laya encoders have no biases)"
+                ));
             }
         }
         Ok(EncoderConfig {
@@ -212,7 +234,10 @@ pub struct AgentConfig {
 impl AgentConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let v = read_json(path)?;
-        Self::from_json(&v).map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+        Self::from_json(&v).map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
     }
 
     pub fn from_json(v: &Value) -> Result<Self, String> {
@@ -225,7 +250,10 @@ impl AgentConfig {
         let int_or = |key: &str, default: usize| -> Result<usize, String> {
             match obj.get(key) {
                 None => Ok(default),
-                Some(x) => x.as_u64().map(|n| n as usize).ok_or_else(|| format!("'{key}' must be an integer")),
+                Some(x) => x
+                    .as_u64()
+                    .map(|n| n as usize)
+                    .ok_or_else(|| format!("'{key}' must be an integer")),
             }
         };
         let head_layers = match obj.get("head_layers") {
@@ -241,24 +269,35 @@ impl AgentConfig {
         };
         let temperature = match obj.get("temperature") {
             None => [1.0; 3],
-            Some(Value::Array(t)) if t.len() == 3 => {
-                [clamp_temperature(&t[0]), clamp_temperature(&t[1]), clamp_temperature(&t[2])]
-            }
+            Some(Value::Array(t)) if t.len() == 3 => [
+                clamp_temperature(&t[0]),
+                clamp_temperature(&t[1]),
+                clamp_temperature(&t[2]),
+            ],
             Some(_) => return Err("'temperature' must be a list of exactly 3 numbers".into()),
         };
         let temperature_by_options = match obj.get("temperature_by_options") {
             None | Some(Value::Null) => Vec::new(),
-            Some(Value::Object(m)) => m.iter().map(|(k, t)| (k.clone(), clamp_temperature(t))).collect(),
+            Some(Value::Object(m)) => m
+                .iter()
+                .map(|(k, t)| (k.clone(), clamp_temperature(t)))
+                .collect(),
             Some(_) => return Err("'temperature_by_options' must be an object".into()),
         };
-        let amp_dtype = obj.get("amp_dtype").and_then(Value::as_str).unwrap_or("fp16").to_owned();
+        let amp_dtype = obj
+            .get("amp_dtype")
+            .and_then(Value::as_str)
+            .unwrap_or("fp16")
+            .to_owned();
         let parallel_layout = match obj.get("option_layout").and_then(Value::as_str) {
             None | Some("sequential") => false,
             Some("parallel") => true,
             Some(other) => return Err(format!("unknown option_layout {other:?}")),
         };
         if !(4 < head_max_len && head_max_len < max_len) {
-            return Err(format!("need 4 < head_max_len < max_len, got {head_max_len} and {max_len}"));
+            return Err(format!(
+                "need 4 < head_max_len < max_len, got {head_max_len} and {max_len}"
+            ));
         }
         Ok(AgentConfig {
             encoder,
@@ -296,8 +335,14 @@ pub fn temp_bucket(qtype: QType, k: usize) -> String {
 }
 
 fn read_json(path: &Path) -> Result<Value, ConfigError> {
-    let text = std::fs::read(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-    serde_json::from_slice(&text).map_err(|source| ConfigError::Json { path: path.to_owned(), source })
+    let text = std::fs::read(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_json::from_slice(&text).map_err(|source| ConfigError::Json {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Both config files of a checkpoint directory.

@@ -199,15 +199,26 @@ pub fn decode(q: &Question, out: &RowLogits, cfg: &AgentConfig) -> Answer {
 pub fn decode_unrounded(q: &Question, out: &RowLogits, cfg: &AgentConfig) -> Answer {
     let k = out.logits.len();
     let temperature = cfg.temperature_for(q.qtype, k) as f32;
-    let p = unpermute(softmax_f32(&out.logits, temperature), q.option_order.as_deref());
+    let p = unpermute(
+        softmax_f32(&out.logits, temperature),
+        q.option_order.as_deref(),
+    );
     let body = match &q.kind {
         Kind::Choice { labels } => AnswerBody::Choice {
             choice: labels.get(argmax(&p)).cloned().unwrap_or(Value::Null),
-            probabilities: labels.iter().cloned().zip(p.iter().map(|&v| v as f64)).collect(),
+            probabilities: labels
+                .iter()
+                .cloned()
+                .zip(p.iter().map(|&v| v as f64))
+                .collect(),
             confidence: entropy_confidence(&p),
         },
         Kind::Score { legend } => {
-            let weighted: Vec<f64> = p.iter().enumerate().map(|(i, &v)| i as f64 * v as f64).collect();
+            let weighted: Vec<f64> = p
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| i as f64 * v as f64)
+                .collect();
             AnswerBody::Score {
                 score: f64::pairwise_sum(&weighted),
                 legend: legend.clone(),
@@ -217,10 +228,16 @@ pub fn decode_unrounded(q: &Question, out: &RowLogits, cfg: &AgentConfig) -> Ans
         }
         Kind::Noul => {
             let p1 = p.get(1).copied().unwrap_or(0.0) as f64;
-            AnswerBody::Noul { noul: p1, confidence: p1.max(1.0 - p1) }
+            AnswerBody::Noul {
+                noul: p1,
+                confidence: p1.max(1.0 - p1),
+            }
         }
     };
-    debug_assert_eq!(q.qtype == QType::Noul, matches!(body, AnswerBody::Noul { .. }));
+    debug_assert_eq!(
+        q.qtype == QType::Noul,
+        matches!(body, AnswerBody::Noul { .. })
+    );
     Answer {
         body,
         answer_confidence: answer_confidence(&p),
@@ -235,13 +252,22 @@ impl Answer {
     /// Applies Python's `round(x, 4)` to every number upstream rounds.
     pub fn rounded(mut self) -> Answer {
         match &mut self.body {
-            AnswerBody::Choice { probabilities, confidence, .. } => {
+            AnswerBody::Choice {
+                probabilities,
+                confidence,
+                ..
+            } => {
                 for (_, p) in probabilities.iter_mut() {
                     *p = round4(*p);
                 }
                 *confidence = round4(*confidence);
             }
-            AnswerBody::Score { score, probabilities, confidence, .. } => {
+            AnswerBody::Score {
+                score,
+                probabilities,
+                confidence,
+                ..
+            } => {
                 *score = round4(*score);
                 for p in probabilities.iter_mut() {
                     *p = round4(*p);

@@ -34,7 +34,9 @@ pub struct EngineError {
 
 impl EngineError {
     pub fn new(message: impl Into<String>) -> Self {
-        EngineError { message: message.into() }
+        EngineError {
+            message: message.into(),
+        }
     }
 }
 

@@ -123,7 +123,12 @@ impl<F: Forward> Engine<F> {
     pub fn load(dir: &Path, forward: F) -> Result<Self, LoadError> {
         let cfg = CheckpointConfig::load(dir)?;
         let tokenizer = Tokenizer::load(&dir.join("tokenizer"))?;
-        Ok(Engine { tokenizer, agent: cfg.agent, encoder: cfg.encoder, forward })
+        Ok(Engine {
+            tokenizer,
+            agent: cfg.agent,
+            encoder: cfg.encoder,
+            forward,
+        })
     }
 
     fn budget(&self, opts: &BatchOptions) -> Budget {
@@ -166,7 +171,10 @@ impl<F: Forward> Engine<F> {
             .iter()
             .map(|q| layout::build_head(&self.tokenizer, q, budget.head_max_len))
             .collect::<Result<Vec<_>, _>>()?;
-        states.iter().map(|s| self.encode_state(s, questions, &heads, budget)).collect()
+        states
+            .iter()
+            .map(|s| self.encode_state(s, questions, &heads, budget))
+            .collect()
     }
 
     /// Upstream `predict_batch`: the same questions over every state, `batch_size` states per
@@ -182,11 +190,20 @@ impl<F: Forward> Engine<F> {
                 .iter()
                 .map(|_| StateResult {
                     answers: Vec::new(),
-                    usage: Usage { input_tokens: 0, output_tokens: 0, state: None, windows: None },
+                    usage: Usage {
+                        input_tokens: 0,
+                        output_tokens: 0,
+                        state: None,
+                        windows: None,
+                    },
                 })
                 .collect());
         }
-        let chunk = opts.batch_size.filter(|&b| b > 0).unwrap_or(states.len()).max(1);
+        let chunk = opts
+            .batch_size
+            .filter(|&b| b > 0)
+            .unwrap_or(states.len())
+            .max(1);
         let encoded = self.layout(states, questions, opts)?;
         let mut results = Vec::with_capacity(states.len());
         for group in encoded.chunks(chunk) {
@@ -204,13 +221,21 @@ impl<F: Forward> Engine<F> {
             for items in group {
                 let mut answers = Vec::with_capacity(questions.len());
                 for (q, item) in questions.iter().zip(items) {
-                    let out = outputs.next().ok_or_else(|| EngineError::new("missing row output"))?;
+                    let out = outputs
+                        .next()
+                        .ok_or_else(|| EngineError::new("missing row output"))?;
                     if out.logits.len() != item.row.markers.len() {
-                        return Err(EngineError::new("the engine returned the wrong number of logits").into());
+                        return Err(EngineError::new(
+                            "the engine returned the wrong number of logits",
+                        )
+                        .into());
                     }
                     answers.push((q.id.clone(), decode::decode(q, &out, &self.agent)));
                 }
-                results.push(StateResult { answers, usage: usage_of(questions, items) });
+                results.push(StateResult {
+                    answers,
+                    usage: usage_of(questions, items),
+                });
             }
         }
         Ok(results)
@@ -218,7 +243,12 @@ impl<F: Forward> Engine<F> {
 
     /// The windows `predict_long` would score (upstream `window_budget` and the window split),
     /// without running the model. `None` when the state fits one pass.
-    pub fn long_scan(&self, state: &Value, questions: &[Question], opts: &LongOptions) -> Result<LongScan, DecideError> {
+    pub fn long_scan(
+        &self,
+        state: &Value,
+        questions: &[Question],
+        opts: &LongOptions,
+    ) -> Result<LongScan, DecideError> {
         let budget = self.budget(&BatchOptions::default());
         let heads = questions
             .iter()
@@ -228,7 +258,13 @@ impl<F: Forward> Engine<F> {
         let state_ids = self.tokenizer.encode(&state_text(&self.tokenizer, state))?;
         let explicit = opts.window.is_some_and(|w| w > 0);
         let fits = if explicit { plan.size } else { plan.room };
-        let mut scan = LongScan { state_tokens: state_ids.len(), windows: Vec::new(), starts: Vec::new(), plan, batch_cap: None };
+        let mut scan = LongScan {
+            state_tokens: state_ids.len(),
+            windows: Vec::new(),
+            starts: Vec::new(),
+            plan,
+            batch_cap: None,
+        };
         if state_ids.len() <= fits {
             return Ok(scan);
         }
@@ -236,14 +272,20 @@ impl<F: Forward> Engine<F> {
         let mut i = 0;
         while i < n {
             let end = (i + plan.size).min(n);
-            scan.windows.push(self.tokenizer.decode(&state_ids[i..end])?);
+            scan.windows
+                .push(self.tokenizer.decode(&state_ids[i..end])?);
             scan.starts.push(i);
             if i + plan.size >= n {
                 break;
             }
             i += plan.step;
         }
-        scan.batch_cap = window_batch_cap(scan.windows.len(), plan.size, default_window(budget), opts.batch_size);
+        scan.batch_cap = window_batch_cap(
+            scan.windows.len(),
+            plan.size,
+            default_window(budget),
+            opts.batch_size,
+        );
         Ok(scan)
     }
 
@@ -258,7 +300,11 @@ impl<F: Forward> Engine<F> {
         let scan = self.long_scan(state, questions, opts)?;
         if scan.windows.is_empty() {
             let mut single = self
-                .predict_batch(std::slice::from_ref(state), questions, &BatchOptions::default())?
+                .predict_batch(
+                    std::slice::from_ref(state),
+                    questions,
+                    &BatchOptions::default(),
+                )?
                 .remove(0);
             single.usage.windows = Some(1);
             return Ok(single);
@@ -267,7 +313,10 @@ impl<F: Forward> Engine<F> {
         let results = self.predict_batch(
             &states,
             questions,
-            &BatchOptions { batch_size: scan.batch_cap, ..BatchOptions::default() },
+            &BatchOptions {
+                batch_size: scan.batch_cap,
+                ..BatchOptions::default()
+            },
         )?;
         let mut answers = Vec::with_capacity(questions.len());
         for (qi, q) in questions.iter().enumerate() {
@@ -313,7 +362,11 @@ pub struct LongScan {
 
 fn usage_of(questions: &[Question], items: &[EncodedRow]) -> Usage {
     let input_tokens = items.iter().map(|e| e.row.ids.len()).sum();
-    let dropped = items.iter().map(|e| e.state.state_tokens_dropped).max().unwrap_or(0);
+    let dropped = items
+        .iter()
+        .map(|e| e.state.state_tokens_dropped)
+        .max()
+        .unwrap_or(0);
     let options = questions
         .iter()
         .zip(items)
@@ -357,7 +410,10 @@ fn merge_usage(results: &[StateResult]) -> Usage {
                 Truncated::Windows(n) => n,
             };
             state = Some(match state.take() {
-                None => StateUsage { truncated: Truncated::Windows(truncated_now), ..s.clone() },
+                None => StateUsage {
+                    truncated: Truncated::Windows(truncated_now),
+                    ..s.clone()
+                },
                 Some(prev) => {
                     let mut options = prev.options;
                     for o in &s.options {
@@ -381,7 +437,12 @@ fn merge_usage(results: &[StateResult]) -> Usage {
             });
         }
     }
-    Usage { input_tokens, output_tokens: 0, state, windows: Some(results.len()) }
+    Usage {
+        input_tokens,
+        output_tokens: 0,
+        state,
+        windows: Some(results.len()),
+    }
 }
 
 /// The window size, step and room of a `predict_long` scan (upstream `window_budget`).
@@ -398,11 +459,19 @@ fn default_window(budget: Budget) -> usize {
 }
 
 /// Upstream `window_budget` (warnings aside).
-pub fn plan_windows(heads: &[Head], budget: Budget, opts: &LongOptions) -> Result<WindowPlan, DecideError> {
+pub fn plan_windows(
+    heads: &[Head],
+    budget: Budget,
+    opts: &LongOptions,
+) -> Result<WindowPlan, DecideError> {
     let window = opts.window.filter(|&w| w > 0);
     let stride = opts.stride.filter(|&s| s > 0);
     let requested = window.unwrap_or_else(|| default_window(budget));
-    let room = heads.iter().map(|h| layout::state_room(h, budget.max_len)).min().unwrap_or(requested);
+    let room = heads
+        .iter()
+        .map(|h| layout::state_room(h, budget.max_len))
+        .min()
+        .unwrap_or(requested);
     if room == 0 {
         return Err(DecideError::Invalid(format!(
             "predict_long: the questions' options fill the whole sequence (max_len={}, head_max_len={}), \
@@ -433,7 +502,12 @@ pub fn plan_windows(heads: &[Head], budget: Budget, opts: &LongOptions) -> Resul
 
 /// Upstream `window_batch_cap`: with no explicit batch size, chunk the scan only when capping
 /// the window multiplied the window count by more than 2.
-fn window_batch_cap(n_windows: usize, window: usize, config_budget: usize, batch_size: Option<usize>) -> Option<usize> {
+fn window_batch_cap(
+    n_windows: usize,
+    window: usize,
+    config_budget: usize,
+    batch_size: Option<usize>,
+) -> Option<usize> {
     if batch_size.is_some() {
         return batch_size;
     }

@@ -78,8 +78,16 @@ pub enum LayoutError {
 }
 
 /// Upstream `build_head`.
-pub fn build_head(tok: &Tokenizer, q: &Question, head_max_len: usize) -> Result<Head, TokenizerError> {
-    let head_text = format!("{} question: {}", q.qtype.name(), tok.scrub_mask(&q.instructions));
+pub fn build_head(
+    tok: &Tokenizer,
+    q: &Question,
+    head_max_len: usize,
+) -> Result<Head, TokenizerError> {
+    let head_text = format!(
+        "{} question: {}",
+        q.qtype.name(),
+        tok.scrub_mask(&q.instructions)
+    );
     let mut head_ids = tok.encode(&head_text)?;
     let identity: Vec<usize>;
     let order: &[usize] = match &q.option_order {
@@ -104,8 +112,9 @@ pub fn build_head(tok: &Tokenizer, q: &Question, head_max_len: usize) -> Result<
     let mut budget = head_max_len as i64 - spent(&opt_ids) as i64;
     let mut tokens_per_option = None;
     if budget < MIN_INSTRUCTION_BUDGET as i64 {
-        let per = ((head_max_len as i64 - MIN_INSTRUCTION_BUDGET as i64).div_euclid(opt_ids.len().max(1) as i64)).max(4)
-            as usize;
+        let per = ((head_max_len as i64 - MIN_INSTRUCTION_BUDGET as i64)
+            .div_euclid(opt_ids.len().max(1) as i64))
+        .max(4) as usize;
         tokens_per_option = Some(per);
         for o in &mut opt_ids {
             o.truncate(per);
@@ -130,7 +139,11 @@ pub fn build_head(tok: &Tokenizer, q: &Question, head_max_len: usize) -> Result<
     Ok(Head {
         ids,
         markers,
-        options: OptionStats { options: opt_ids.len(), options_distinct: distinct.len(), tokens_per_option },
+        options: OptionStats {
+            options: opt_ids.len(),
+            options_distinct: distinct.len(),
+            tokens_per_option,
+        },
     })
 }
 
@@ -170,7 +183,12 @@ pub fn build_sequence(
     ids.extend_from_slice(kept);
     ids.push(tok.sep.id);
     ids.truncate(budget.max_len);
-    let markers: Vec<usize> = head.markers.iter().copied().filter(|&m| m < budget.max_len).collect();
+    let markers: Vec<usize> = head
+        .markers
+        .iter()
+        .copied()
+        .filter(|&m| m < budget.max_len)
+        .collect();
     if markers.len() != head.options.options {
         return Err(MarkersDoNotFit {
             qid: crate::pyjson::repr_str(&q.id),
@@ -182,7 +200,11 @@ pub fn build_sequence(
     }
     let used = kept.len();
     Ok(EncodedRow {
-        row: Row { ids, markers, qtype: q.qtype },
+        row: Row {
+            ids,
+            markers,
+            qtype: q.qtype,
+        },
         state: StateStats {
             state_tokens: state_ids.len(),
             state_tokens_used: used,

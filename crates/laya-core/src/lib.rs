@@ -12,6 +12,6 @@ pub mod layout;
 pub mod pyjson;
 pub mod question;
 pub mod render;
-pub mod routing;
 pub mod request;
+pub mod routing;
 pub mod tokenizer;

@@ -24,9 +24,13 @@ pub struct Question {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kind {
     /// The labels with their original JSON values (a label may be a number or a bool).
-    Choice { labels: Vec<Value> },
+    Choice {
+        labels: Vec<Value>,
+    },
     /// The rendered level texts (`legend`).
-    Score { legend: Vec<String> },
+    Score {
+        legend: Vec<String>,
+    },
     Noul,
 }
 
@@ -41,7 +45,8 @@ impl Question {
 #[error("{0}")]
 pub struct QuestionError(pub String);
 
-const NOUL_LABELS_ERROR: &str = "noul labels must map exactly 'false' and 'true' to distinct non-empty strings";
+const NOUL_LABELS_ERROR: &str =
+    "noul labels must map exactly 'false' and 'true' to distinct non-empty strings";
 const NOUL_FALSE_DEFAULT: &str = "no, the statement does not hold";
 const NOUL_TRUE_DEFAULT: &str = "yes, the statement holds";
 
@@ -123,35 +128,43 @@ fn noul_labels(labels: Option<&Value>) -> Result<(String, String), String> {
     }
 }
 
-
 /// Validates and normalises one question (`_check_question` then `_to_internal`).
 pub fn parse_question(id: &str, def: &Value) -> Result<Question, QuestionError> {
     if py_strip(id).is_empty() {
-        return Err(err(format!("question id must be a non-empty string, got {}", pyjson::repr_str(id))));
+        return Err(err(format!(
+            "question id must be a non-empty string, got {}",
+            pyjson::repr_str(id)
+        )));
     }
     let qid = Id(id);
     let Value::Object(def) = def else {
-        return Err(err(format!("question {qid}: definition must be a dict, got {}", type_name(def))));
+        return Err(err(format!(
+            "question {qid}: definition must be a dict, got {}",
+            type_name(def)
+        )));
     };
     let qtype = match def.get("type") {
         Some(Value::Str(t)) if QType::from_name(t).is_some() => QType::from_name(t),
         _ => None,
     };
     let Some(qtype) = qtype else {
-        let shown = def.get("type").map(pyjson::py_repr).unwrap_or_else(|| "None".to_owned());
+        let shown = def
+            .get("type")
+            .map(pyjson::py_repr)
+            .unwrap_or_else(|| "None".to_owned());
         return Err(err(format!(
             "question {qid}: unknown type {shown}; use one of ['choice', 'noul', 'score']"
         )));
     };
     let Some(ins) = def.get("instructions") else {
-        return Err(err(format!("question {qid}: no 'instructions'; add the text the model should answer")));
+        return Err(err(format!(
+            "question {qid}: no 'instructions'; add the text the model should answer"
+        )));
     };
     let empty = match ins {
-        Value::Null => {
-            return Err(err(format!(
-                "question {qid}: 'instructions' must not be None; add the text the model should answer"
-            )))
-        }
+        Value::Null => return Err(err(format!(
+            "question {qid}: 'instructions' must not be None; add the text the model should answer"
+        ))),
         Value::Str(s) => py_strip(s).is_empty(),
         Value::Array(a) => a.is_empty(),
         Value::Object(o) => o.is_empty(),
@@ -215,7 +228,9 @@ pub fn parse_question(id: &str, def: &Value) -> Result<Question, QuestionError> 
     };
     if let Some(labels) = def.get("labels") {
         if qtype != QType::Noul {
-            return Err(err(format!("question {qid}: 'labels' is only supported for noul questions")));
+            return Err(err(format!(
+                "question {qid}: 'labels' is only supported for noul questions"
+            )));
         }
         noul_labels(Some(labels)).map_err(|e| err(format!("question {qid}: {e}")))?;
     }
@@ -225,7 +240,14 @@ pub fn parse_question(id: &str, def: &Value) -> Result<Question, QuestionError> 
         other => pyjson::dumps_spaced(other),
     };
     let (options, kind) = render_options(qtype, criteria, def.get("labels"));
-    Ok(Question { id: id.to_owned(), qtype, instructions, options, option_order, kind })
+    Ok(Question {
+        id: id.to_owned(),
+        qtype,
+        instructions,
+        options,
+        option_order,
+        kind,
+    })
 }
 
 fn check_choice(qid: &Id<'_>, criteria: Option<&Value>) -> Result<(), QuestionError> {
@@ -239,7 +261,9 @@ fn check_choice(qid: &Id<'_>, criteria: Option<&Value>) -> Result<(), QuestionEr
         }
     };
     if labels.is_empty() {
-        return Err(err(format!("question {qid}: a choice question needs at least one criterion")));
+        return Err(err(format!(
+            "question {qid}: a choice question needs at least one criterion"
+        )));
     }
     for (i, label) in labels.iter().enumerate() {
         match label {
@@ -263,7 +287,10 @@ fn check_choice(qid: &Id<'_>, criteria: Option<&Value>) -> Result<(), QuestionEr
     }
     if matches!(criteria, Some(Value::Array(_))) {
         for (i, label) in labels.iter().enumerate() {
-            if let Some(first) = labels[..i].iter().position(|earlier| pyjson::py_same_or_equal(earlier, label)) {
+            if let Some(first) = labels[..i]
+                .iter()
+                .position(|earlier| pyjson::py_same_or_equal(earlier, label))
+            {
                 return Err(err(format!(
                     "question {qid}: choice label {i} ({}) repeats label {first}; the labels are the answer keys, \
                      so every option needs its own (1, 1.0 and True are one key)",
@@ -283,7 +310,9 @@ fn check_option_order(qid: &Id<'_>, order: &Value, n: usize) -> Result<Vec<usize
             pyjson::py_repr(order)
         ))
     };
-    let Value::Array(items) = order else { return Err(bad()) };
+    let Value::Array(items) = order else {
+        return Err(bad());
+    };
     if items.len() != n {
         return Err(bad());
     }
@@ -308,12 +337,19 @@ fn check_option_order(qid: &Id<'_>, order: &Value, n: usize) -> Result<Vec<usize
 }
 
 /// Upstream `render_options` on an already validated definition.
-fn render_options(qtype: QType, criteria: Option<&Value>, labels: Option<&Value>) -> (Vec<String>, Kind) {
+fn render_options(
+    qtype: QType,
+    criteria: Option<&Value>,
+    labels: Option<&Value>,
+) -> (Vec<String>, Kind) {
     match qtype {
         QType::Choice => {
             let pairs: Vec<(Value, Option<&Value>)> = match criteria {
                 Some(Value::Array(a)) => a.iter().map(|l| (l.clone(), None)).collect(),
-                Some(Value::Object(o)) => o.iter().map(|(k, v)| (Value::Str(k.to_owned()), Some(v))).collect(),
+                Some(Value::Object(o)) => o
+                    .iter()
+                    .map(|(k, v)| (Value::Str(k.to_owned()), Some(v)))
+                    .collect(),
                 _ => Vec::new(),
             };
             let options = pairs
@@ -324,7 +360,12 @@ fn render_options(qtype: QType, criteria: Option<&Value>, labels: Option<&Value>
                     Some(d) => format!("{}: {}", pyjson::py_str(label), render_criterion(d)),
                 })
                 .collect();
-            (options, Kind::Choice { labels: pairs.into_iter().map(|(l, _)| l).collect() })
+            (
+                options,
+                Kind::Choice {
+                    labels: pairs.into_iter().map(|(l, _)| l).collect(),
+                },
+            )
         }
         QType::Score => {
             let levels: &[Value] = match criteria {
@@ -332,7 +373,11 @@ fn render_options(qtype: QType, criteria: Option<&Value>, labels: Option<&Value>
                 _ => &[],
             };
             let legend: Vec<String> = levels.iter().map(render_criterion).collect();
-            let options = legend.iter().enumerate().map(|(i, text)| format!("level {i}: {text}")).collect();
+            let options = legend
+                .iter()
+                .enumerate()
+                .map(|(i, text)| format!("level {i}: {text}"))
+                .collect();
             (options, Kind::Score { legend })
         }
         QType::Noul => {
@@ -368,5 +413,8 @@ fn lower_keys(o: &Object) -> Object {
 
 /// Validates every question of a request in order, stopping at the first error like upstream.
 pub fn parse_questions(questions: &Object) -> Result<Vec<Question>, QuestionError> {
-    questions.iter().map(|(id, def)| parse_question(id, def)).collect()
+    questions
+        .iter()
+        .map(|(id, def)| parse_question(id, def))
+        .collect()
 }

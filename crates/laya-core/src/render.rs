@@ -46,7 +46,11 @@ pub fn write_answer(out: &mut String, a: &Answer) -> Result<(), NonFinite> {
     key(out, "type");
     pyjson::write_str(out, a.body.type_name());
     match &a.body {
-        AnswerBody::Choice { choice, probabilities, confidence } => {
+        AnswerBody::Choice {
+            choice,
+            probabilities,
+            confidence,
+        } => {
             out.push(',');
             key(out, "choice");
             out.push_str(&pyjson::dumps(choice, Style::Compact).map_err(|_| NonFinite)?);
@@ -65,7 +69,12 @@ pub fn write_answer(out: &mut String, a: &Answer) -> Result<(), NonFinite> {
             key(out, "confidence");
             float(out, *confidence)?;
         }
-        AnswerBody::Score { score, legend, probabilities, confidence } => {
+        AnswerBody::Score {
+            score,
+            legend,
+            probabilities,
+            confidence,
+        } => {
             out.push(',');
             key(out, "score");
             float(out, *score)?;
@@ -154,11 +163,21 @@ pub fn write_answers(out: &mut String, answers: &[(String, Answer)]) -> Result<(
 }
 
 pub fn write_usage(out: &mut String, u: &Usage) {
-    out.push_str(&format!("{{\"input_tokens\":{},\"output_tokens\":{}", u.input_tokens, u.output_tokens));
+    out.push_str(&format!(
+        "{{\"input_tokens\":{},\"output_tokens\":{}",
+        u.input_tokens, u.output_tokens
+    ));
     if let Some(s) = &u.state {
-        out.push_str(&format!(",\"state_tokens\":{},\"state_tokens_dropped\":{}", s.state_tokens, s.state_tokens_dropped));
+        out.push_str(&format!(
+            ",\"state_tokens\":{},\"state_tokens_dropped\":{}",
+            s.state_tokens, s.state_tokens_dropped
+        ));
         match s.truncated {
-            Truncated::Flag(b) => out.push_str(if b { ",\"truncated\":true" } else { ",\"truncated\":false" }),
+            Truncated::Flag(b) => out.push_str(if b {
+                ",\"truncated\":true"
+            } else {
+                ",\"truncated\":false"
+            }),
             Truncated::Windows(n) => out.push_str(&format!(",\"truncated\":{n}")),
         }
         out.push_str(",\"truncated_questions\":[");
@@ -176,7 +195,10 @@ pub fn write_usage(out: &mut String, u: &Usage) {
                     out.push(',');
                 }
                 key(out, &o.qid);
-                out.push_str(&format!("{{\"total\":{},\"distinct\":{},\"tokens_per_option\":", o.total, o.distinct));
+                out.push_str(&format!(
+                    "{{\"total\":{},\"distinct\":{},\"tokens_per_option\":",
+                    o.total, o.distinct
+                ));
                 match o.tokens_per_option {
                     Some(n) => out.push_str(&n.to_string()),
                     None => out.push_str("null"),
@@ -224,7 +246,11 @@ pub fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonF
         key(out, "type");
         pyjson::write_str(out, a.body.type_name());
         match &a.body {
-            AnswerBody::Choice { choice, probabilities, confidence } => {
+            AnswerBody::Choice {
+                choice,
+                probabilities,
+                confidence,
+            } => {
                 out.push(',');
                 key(out, "choice");
                 out.push_str(&pyjson::dumps(choice, Style::Compact).map_err(|_| NonFinite)?);
@@ -243,7 +269,12 @@ pub fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonF
                 }
                 out.push('}');
             }
-            AnswerBody::Score { score, legend, probabilities, confidence } => {
+            AnswerBody::Score {
+                score,
+                legend,
+                probabilities,
+                confidence,
+            } => {
                 out.push(',');
                 key(out, "score");
                 float(out, *score)?;

@@ -40,7 +40,13 @@ pub const INTERNAL_SERVER_ERROR: &str = "Internal Server Error";
 
 /// The five controls a body may not carry (`BODY_REFUSALS`), pre-sorted the way upstream sorts
 /// them for the detail text.
-const BODY_REFUSALS: [&str; 5] = ["hooks", "hooks_raise", "hooks_timeout", "on_predict_end", "on_predict_start"];
+const BODY_REFUSALS: [&str; 5] = [
+    "hooks",
+    "hooks_raise",
+    "hooks_timeout",
+    "on_predict_end",
+    "on_predict_start",
+];
 
 /// The request limits, some of them configurable through the environment (§5.2, §12.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +107,11 @@ impl Limits {
         };
         let tournament = tournament_group(get("LAYA_TOURNAMENT_GROUP").as_deref()) != 0;
         Limits {
-            max_choice_options: if tournament { MAX_TOURNAMENT_CHOICE_OPTIONS } else { MAX_CHOICE_OPTIONS },
+            max_choice_options: if tournament {
+                MAX_TOURNAMENT_CHOICE_OPTIONS
+            } else {
+                MAX_CHOICE_OPTIONS
+            },
             max_token_budget: positive_or("LAYA_MAX_TOKEN_BUDGET", DEFAULT_MAX_TOKEN_BUDGET),
             max_batch_tokens: positive_or("LAYA_MAX_BATCH_TOKENS", DEFAULT_MAX_BATCH_TOKENS),
             ..Limits::default()
@@ -129,7 +139,11 @@ fn py_int(text: &str) -> Option<i128> {
         Some(b'+') => (false, &t[1..]),
         _ => (false, t),
     };
-    if digits.is_empty() || digits.starts_with('_') || digits.ends_with('_') || digits.contains("__") {
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+    {
         return None;
     }
     let mut n: i128 = 0;
@@ -154,7 +168,10 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: u16, detail: impl Into<String>) -> ApiError {
-        ApiError { status, detail: detail.into() }
+        ApiError {
+            status,
+            detail: detail.into(),
+        }
     }
 
     /// An exception upstream does not catch on the way to the gate (an `OverflowError`, see
@@ -260,10 +277,16 @@ pub fn parse_decision(
     let (obj, has_lone_surrogate) = load_object(body)?;
     // Step 7.
     let Some(mut obj) = obj.filter(|o| o.contains_key("questions")) else {
-        return Err(e400("request body must be an object with a 'questions' field"));
+        return Err(e400(
+            "request body must be an object with a 'questions' field",
+        ));
     };
     // Step 8 (`_check_request_limits`); `body.get("state")` reads an absent key as None.
-    check_request_limits(obj.get("state").unwrap_or(&Value::Null), get(&obj, "questions"), limits)?;
+    check_request_limits(
+        obj.get("state").unwrap_or(&Value::Null),
+        get(&obj, "questions"),
+        limits,
+    )?;
     refuse_hooks(&obj)?; // step 9
     if has_lone_surrogate {
         return Err(e400(LONE_SURROGATE)); // step 10
@@ -279,7 +302,11 @@ pub fn parse_decision(
         task: take_non_null(&mut obj, "task"),
         lang: controls.lang,
         lang_guess: controls.lang_guess,
-        opts: BatchOptions { max_len: controls.max_len, head_max_len: controls.head_max_len, batch_size: None },
+        opts: BatchOptions {
+            max_len: controls.max_len,
+            head_max_len: controls.head_max_len,
+            batch_size: None,
+        },
         min_confidence: controls.min_confidence,
     })
 }
@@ -294,8 +321,11 @@ pub fn parse_batch(
     check_model: impl FnOnce(&Value) -> Result<(), ApiError>,
 ) -> Result<BatchRequest, ApiError> {
     let (obj, has_lone_surrogate) = load_object(body)?;
-    let Some(mut obj) = obj.filter(|o| o.contains_key("questions") && o.contains_key("states")) else {
-        return Err(e400("request body must be an object with 'states' and 'questions' fields"));
+    let Some(mut obj) = obj.filter(|o| o.contains_key("questions") && o.contains_key("states"))
+    else {
+        return Err(e400(
+            "request body must be an object with 'states' and 'questions' fields",
+        ));
     };
     // `_check_batch_limits`.
     let states = match get(&obj, "states") {
@@ -303,7 +333,11 @@ pub fn parse_batch(
         _ => return Err(e400("'states' must be a non-empty list")),
     };
     if states.len() > limits.max_states {
-        return Err(e413(format!("too many states in batch ({} > {})", states.len(), limits.max_states)));
+        return Err(e413(format!(
+            "too many states in batch ({} > {})",
+            states.len(),
+            limits.max_states
+        )));
     }
     let questions = get(&obj, "questions");
     for state in states {
@@ -327,7 +361,9 @@ pub fn parse_batch(
         None | Some(Value::Null) => None,
         Some(Value::Int(i)) => {
             if int_to_u128(i).is_none_or(|n| n < 1) {
-                return Err(e422(format!("batch_size must be a positive integer, got {i}")));
+                return Err(e422(format!(
+                    "batch_size must be a positive integer, got {i}"
+                )));
             }
             Some(int_to_usize_saturating(i))
         }
@@ -344,7 +380,12 @@ pub fn parse_batch(
         Value::Object(q) => q.len(),
         _ => 0,
     };
-    let planned = batch_chunk_size(n_states, n_questions, controls.max_len, limits.max_batch_tokens);
+    let planned = batch_chunk_size(
+        n_states,
+        n_questions,
+        controls.max_len,
+        limits.max_batch_tokens,
+    );
     let batch_size = match (batch_size, planned) {
         (Some(b), Some(p)) => Some(min(b, p)),
         (b, p) => b.or(p),
@@ -362,7 +403,11 @@ pub fn parse_batch(
         task: take_non_null(&mut obj, "task"),
         lang: controls.lang,
         lang_guess: controls.lang_guess,
-        opts: BatchOptions { max_len: controls.max_len, head_max_len: controls.head_max_len, batch_size },
+        opts: BatchOptions {
+            max_len: controls.max_len,
+            head_max_len: controls.head_max_len,
+            batch_size,
+        },
         min_confidence: controls.min_confidence,
         sort_by_length,
     })
@@ -371,11 +416,18 @@ pub fn parse_batch(
 /// Upstream `_batch_chunk_size`: states per forward pass so that `states × questions × width`
 /// tokens stay within `budget`, or `None` when everything already fits in one pass. `width` is
 /// the request's `max_len`, else 512.
-pub fn batch_chunk_size(n_states: usize, n_questions: usize, max_len: Option<usize>, budget: usize) -> Option<usize> {
+pub fn batch_chunk_size(
+    n_states: usize,
+    n_questions: usize,
+    max_len: Option<usize>,
+    budget: usize,
+) -> Option<usize> {
     if n_states == 0 || n_questions == 0 {
         return None;
     }
-    let width = max_len.filter(|&w| w > 0).unwrap_or(BATCH_ROW_TOKENS_ASSUMED);
+    let width = max_len
+        .filter(|&w| w > 0)
+        .unwrap_or(BATCH_ROW_TOKENS_ASSUMED);
     // u128: 64 × 64 × usize cannot overflow it (Python's ints never overflow).
     if n_states as u128 * n_questions as u128 * width as u128 <= budget as u128 {
         return None;
@@ -404,7 +456,9 @@ fn get<'a>(obj: &'a Object, key: &str) -> &'a Value {
 }
 
 fn take(obj: &mut Object, key: &str) -> Value {
-    obj.get_mut(key).map(|v| std::mem::replace(v, Value::Null)).unwrap_or(Value::Null)
+    obj.get_mut(key)
+        .map(|v| std::mem::replace(v, Value::Null))
+        .unwrap_or(Value::Null)
 }
 
 fn take_non_null(obj: &mut Object, key: &str) -> Option<Value> {
@@ -427,7 +481,11 @@ fn internal() -> ApiError {
 
 /// Step 8 (`_check_request_limits`): 8a state present, 8b questions an object, 8c question
 /// count, 8d-8f per question in order, 8g options across questions, 8h state size.
-pub fn check_request_limits(state: &Value, questions: &Value, limits: &Limits) -> Result<(), ApiError> {
+pub fn check_request_limits(
+    state: &Value,
+    questions: &Value,
+    limits: &Limits,
+) -> Result<(), ApiError> {
     if state.is_null() {
         return Err(e400("'state' is required"));
     }
@@ -435,16 +493,24 @@ pub fn check_request_limits(state: &Value, questions: &Value, limits: &Limits) -
         return Err(e400("'questions' must be an object"));
     };
     if questions.len() > limits.max_questions {
-        return Err(e413(format!("too many questions ({} > {})", questions.len(), limits.max_questions)));
+        return Err(e413(format!(
+            "too many questions ({} > {})",
+            questions.len(),
+            limits.max_questions
+        )));
     }
     let mut total_options = 0usize;
     for (qid, question) in questions {
         // Questions that are not objects, or lack a recognised type/criteria shape, are left to
         // step 16 and count nothing here.
-        let Value::Object(question) = question else { continue };
+        let Value::Object(question) = question else {
+            continue;
+        };
         let crit = question.get("criteria");
         match (question.get("type"), crit) {
-            (Some(Value::Str(t)), Some(crit @ (Value::Object(_) | Value::Array(_)))) if t == "choice" => {
+            (Some(Value::Str(t)), Some(crit @ (Value::Object(_) | Value::Array(_))))
+                if t == "choice" =>
+            {
                 let count = match crit {
                     Value::Object(o) => o.len(),
                     Value::Array(a) => a.len(),
@@ -488,7 +554,10 @@ pub fn check_request_limits(state: &Value, questions: &Value, limits: &Limits) -
     }
     let state_len = state_length(state, limits.max_state_chars);
     if state_len > limits.max_state_chars {
-        return Err(e413(format!("state too large ({state_len} > {} chars)", limits.max_state_chars)));
+        return Err(e413(format!(
+            "state too large ({state_len} > {} chars)",
+            limits.max_state_chars
+        )));
     }
     Ok(())
 }
@@ -580,7 +649,13 @@ fn check_controls(
         None | Some(Value::Null) => None,
         Some(v) => Some(check_min_confidence(v)?),
     };
-    Ok(Controls { max_len, head_max_len, lang, lang_guess, min_confidence })
+    Ok(Controls {
+        max_len,
+        head_max_len,
+        lang,
+        lang_guess,
+        min_confidence,
+    })
 }
 
 /// `_validate_budget_param` (§4.7): absent/null → `None`; a JSON integer in `1..=cap`.
@@ -622,7 +697,9 @@ fn check_lang(obj: &Object, key: &str) -> Result<Option<String>, ApiError> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Str(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(e422(format!("{key} must be a language code string such as \"de\", or null"))),
+        Some(_) => Err(e422(format!(
+            "{key} must be a language code string such as \"de\", or null"
+        ))),
     }
 }
 
@@ -637,7 +714,9 @@ pub fn check_min_confidence(v: &Value) -> Result<MinConfidence, ApiError> {
         return check_threshold(v).map(MinConfidence::Scalar);
     };
     if map.is_empty() {
-        return Err(e422("a min_confidence map must be a non-empty dict of bucket -> float, got {}"));
+        return Err(e422(
+            "a min_confidence map must be a non-empty dict of bucket -> float, got {}",
+        ));
     }
     let allowed = bucket_keys();
     let mut out = Vec::with_capacity(map.len());
@@ -656,7 +735,12 @@ pub fn check_min_confidence(v: &Value) -> Result<MinConfidence, ApiError> {
 
 /// `_check_one_threshold`: a non-bool number, finite, in [0, 1]; returned as `float(v)`.
 fn check_threshold(v: &Value) -> Result<f64, ApiError> {
-    let bad = || e422(format!("min_confidence must be a float in [0.0, 1.0], got {}", pyjson::py_repr(v)));
+    let bad = || {
+        e422(format!(
+            "min_confidence must be a float in [0.0, 1.0], got {}",
+            pyjson::py_repr(v)
+        ))
+    };
     let x = match v {
         Value::Float(x) => *x,
         // `math.isfinite(int)` converts to float first and raises OverflowError past the float

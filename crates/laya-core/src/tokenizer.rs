@@ -14,8 +14,14 @@ pub enum TokenizerError {
     Load { path: PathBuf, message: String },
     #[error("cannot read {path}: {message}")]
     Config { path: PathBuf, message: String },
-    #[error("tokenizer config {path} names {role} token {token:?}, which is not in the vocabulary")]
-    MissingToken { path: PathBuf, role: &'static str, token: String },
+    #[error(
+        "tokenizer config {path} names {role} token {token:?}, which is not in the vocabulary"
+    )]
+    MissingToken {
+        path: PathBuf,
+        role: &'static str,
+        token: String,
+    },
     #[error("tokenization failed: {0}")]
     Encode(String),
 }
@@ -43,24 +49,39 @@ impl Tokenizer {
     /// multilingual vocabulary also holds `<s>`/`</s>`, which are not its CLS/SEP.
     pub fn load(dir: &Path) -> Result<Self, TokenizerError> {
         let json_path = dir.join("tokenizer.json");
-        let inner = tokenizers::Tokenizer::from_file(&json_path)
-            .map_err(|e| TokenizerError::Load { path: json_path.clone(), message: e.to_string() })?;
+        let inner =
+            tokenizers::Tokenizer::from_file(&json_path).map_err(|e| TokenizerError::Load {
+                path: json_path.clone(),
+                message: e.to_string(),
+            })?;
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg: Value = std::fs::read(&cfg_path)
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-            .map_err(|message| TokenizerError::Config { path: cfg_path.clone(), message })?;
-        let special = |role: &'static str, key: &str, default: &str| -> Result<Special, TokenizerError> {
-            let text = match cfg.get(key) {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Object(o)) => o.get("content").and_then(Value::as_str).unwrap_or(default).to_owned(),
-                _ => default.to_owned(),
+            .map_err(|message| TokenizerError::Config {
+                path: cfg_path.clone(),
+                message,
+            })?;
+        let special =
+            |role: &'static str, key: &str, default: &str| -> Result<Special, TokenizerError> {
+                let text = match cfg.get(key) {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Object(o)) => o
+                        .get("content")
+                        .and_then(Value::as_str)
+                        .unwrap_or(default)
+                        .to_owned(),
+                    _ => default.to_owned(),
+                };
+                let id = inner
+                    .token_to_id(&text)
+                    .ok_or_else(|| TokenizerError::MissingToken {
+                        path: cfg_path.clone(),
+                        role,
+                        token: text.clone(),
+                    })?;
+                Ok(Special { text, id })
             };
-            let id = inner
-                .token_to_id(&text)
-                .ok_or_else(|| TokenizerError::MissingToken { path: cfg_path.clone(), role, token: text.clone() })?;
-            Ok(Special { text, id })
-        };
         Ok(Tokenizer {
             cls: special("cls", "cls_token", "[CLS]")?,
             sep: special("sep", "sep_token", "[SEP]")?,
@@ -72,7 +93,10 @@ impl Tokenizer {
 
     /// `tokenizer(text, add_special_tokens=False)["input_ids"]`.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self.inner.encode_fast(text, false).map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        let enc = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -80,7 +104,9 @@ impl Tokenizer {
     /// kept and no `clean_up_tokenization_spaces` pass (5.24 skips it for BPE models; the
     /// reference answers of `predict_long` were made with that version).
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
-        self.inner.decode(ids, false).map_err(|e| TokenizerError::Encode(e.to_string()))
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))
     }
 
     /// Replaces every occurrence of the mask token's text with one space, as upstream does to
@@ -88,5 +114,4 @@ impl Tokenizer {
     pub fn scrub_mask(&self, text: &str) -> String {
         text.replace(&self.mask.text, " ")
     }
-
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use laya_core::confidence::MinConfidence;
 use laya_core::pyjson::{self, Value};
 use laya_core::request::{
-    batch_chunk_size, parse_batch, parse_decision, state_length, tournament_group, ApiError, BatchRequest,
-    DecisionRequest, Limits,
+    batch_chunk_size, parse_batch, parse_decision, state_length, tournament_group, ApiError,
+    BatchRequest, DecisionRequest, Limits,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -22,7 +22,10 @@ fn no_model_check(_: &Value) -> Result<(), ApiError> {
 fn stub_model_check(v: &Value) -> Result<(), ApiError> {
     let text = pyjson::py_str(v);
     if !v.is_null() && (text.contains('/') || text.starts_with('.')) {
-        return Err(ApiError::new(422, format!("unknown model {}; stub", pyjson::py_repr(v))));
+        return Err(ApiError::new(
+            422,
+            format!("unknown model {}; stub", pyjson::py_repr(v)),
+        ));
     }
     Ok(())
 }
@@ -55,7 +58,10 @@ const Q1: &str = r#"{"dept":{"type":"choice","instructions":"which team?","crite
 
 /// `{"state":"x","questions":Q1, <extra>}`.
 fn with_q1(extra: &str) -> String {
-    format!(r#"{{"state":"x","questions":{Q1}{}{extra}}}"#, if extra.is_empty() { "" } else { "," })
+    format!(
+        r#"{{"state":"x","questions":{Q1}{}{extra}}}"#,
+        if extra.is_empty() { "" } else { "," }
+    )
 }
 
 fn json_str(s: &str) -> String {
@@ -66,17 +72,24 @@ fn json_str(s: &str) -> String {
 
 fn choice(n: usize) -> String {
     let labels: Vec<String> = (0..n).map(|i| format!("\"o{i}\"")).collect();
-    format!(r#"{{"type":"choice","instructions":"p","criteria":[{}]}}"#, labels.join(","))
+    format!(
+        r#"{{"type":"choice","instructions":"p","criteria":[{}]}}"#,
+        labels.join(",")
+    )
 }
 
 fn score(n: usize) -> String {
     let levels: Vec<String> = (0..n).map(|i| format!("\"l{i}\"")).collect();
-    format!(r#"{{"type":"score","instructions":"p","criteria":[{}]}}"#, levels.join(","))
+    format!(
+        r#"{{"type":"score","instructions":"p","criteria":[{}]}}"#,
+        levels.join(",")
+    )
 }
 
 const HOOKS_TAIL: &str =
     " run inside the server process and cannot be sent to this endpoint; install them where laya-serve runs, or drop them";
-const SURROGATE: &str = "request body contains an unpaired surrogate escape; those cannot be encoded as UTF-8";
+const SURROGATE: &str =
+    "request body contains an unpaired surrogate escape; those cannot be encoded as UTF-8";
 const DIAGNOSTICS: &str = "diagnostics is filled in place for an in-process caller and cannot be returned over HTTP; read the per-group report from the CLI or a local Router";
 
 // ---------------------------------------------------------------------------------------------
@@ -97,17 +110,27 @@ fn fixtures_dir() -> PathBuf {
 }
 
 fn read_references(checkpoint: &str, workload: &str) -> Vec<Value> {
-    let path = fixtures_dir().join("references").join(checkpoint).join(format!("{workload}.jsonl"));
-    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let path = fixtures_dir()
+        .join("references")
+        .join(checkpoint)
+        .join(format!("{workload}.jsonl"));
+    let text =
+        std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text.split(|&b| b == b'\n')
         .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
         // Parsed with Python's rules so duplicate keys and big ints in bodies stay exact.
-        .map(|l| pyjson::loads(l).unwrap_or_else(|e| panic!("{}: {e}", path.display())).value)
+        .map(|l| {
+            pyjson::loads(l)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                .value
+        })
         .collect()
 }
 
 fn field<'a>(v: &'a Value, key: &str) -> &'a Value {
-    v.as_object().and_then(|o| o.get(key)).unwrap_or(&Value::Null)
+    v.as_object()
+        .and_then(|o| o.get(key))
+        .unwrap_or(&Value::Null)
 }
 
 /// The bytes the reference harness sent: `json.dumps(body, ensure_ascii=False)`, or `raw_body`.
@@ -184,7 +207,9 @@ fn check_references(checkpoint: &str, workload: &str) -> Vec<String> {
         let bytes = request_bytes(req);
         let result: Result<(), ApiError> = match path {
             "/v1/systemone" => parse_decision(&bytes, &Limits::default(), no_model_check).map(drop),
-            "/v1/systemone/batch" => parse_batch(&bytes, &Limits::default(), no_model_check).map(drop),
+            "/v1/systemone/batch" => {
+                parse_batch(&bytes, &Limits::default(), no_model_check).map(drop)
+            }
             other => panic!("{id}: unexpected path {other}"),
         };
         if status == 200 || FAIL_LATER.contains(&id.as_str()) {
@@ -194,17 +219,29 @@ fn check_references(checkpoint: &str, workload: &str) -> Vec<String> {
             passed += 1;
             continue;
         }
-        let want = field(&rec, "body").as_str().unwrap_or_else(|| panic!("{id}: no body"));
+        let want = field(&rec, "body")
+            .as_str()
+            .unwrap_or_else(|| panic!("{id}: no body"));
         match result {
-            Ok(()) => panic!("{checkpoint}/{workload} {id}: expected {status} {want}, validation passed"),
+            Ok(()) => {
+                panic!("{checkpoint}/{workload} {id}: expected {status} {want}, validation passed")
+            }
             Err(e) => {
-                assert_eq!(i64::from(e.status), status, "{checkpoint}/{workload} {id}: status ({})", e.detail);
+                assert_eq!(
+                    i64::from(e.status),
+                    status,
+                    "{checkpoint}/{workload} {id}: status ({})",
+                    e.detail
+                );
                 assert_eq!(e.body(), want, "{checkpoint}/{workload} {id}: body");
             }
         }
         compared.push(id);
     }
-    assert!(passed > 0, "{checkpoint}/{workload}: no passing references seen");
+    assert!(
+        passed > 0,
+        "{checkpoint}/{workload}: no passing references seen"
+    );
     compared
 }
 
@@ -213,7 +250,10 @@ fn edge_references_match_upstream() {
     for checkpoint in ["tiny", "tiny-multilingual-shape"] {
         let compared = check_references(checkpoint, "edge");
         let want: Vec<String> = OURS.iter().map(|s| s.to_string()).collect();
-        assert_eq!(compared, want, "{checkpoint}: the set of step 6-14 failures compared");
+        assert_eq!(
+            compared, want,
+            "{checkpoint}: the set of step 6-14 failures compared"
+        );
     }
 }
 
@@ -222,7 +262,10 @@ fn short_and_smoke_references_pass_validation() {
     for checkpoint in ["tiny", "tiny-multilingual-shape"] {
         for workload in ["short", "smoke"] {
             let compared = check_references(checkpoint, workload);
-            assert!(compared.is_empty(), "{checkpoint}/{workload}: unexpected failures {compared:?}");
+            assert!(
+                compared.is_empty(),
+                "{checkpoint}/{workload}: unexpected failures {compared:?}"
+            );
         }
     }
 }
@@ -237,8 +280,19 @@ fn c09_to_c14_invalid_json() {
     expect_err(dec("{not json"), 400, bad); // 10
     expect_err(dec(r#"{"state":"x","questions":{}} xx"#), 400, bad); // 11
     expect_err(dec(b"{\"state\": \"\xe9\", \"questions\": {}}"), 400, bad); // 12
-    expect_err(dec(format!(r#"{{"state": {}, "questions": {{}}}}"#, "1".repeat(5000))), 400, bad); // 13
-    let deep = format!(r#"{{"state": {}{}, "questions": {{}}}}"#, "[".repeat(100_000), "]".repeat(100_000));
+    expect_err(
+        dec(format!(
+            r#"{{"state": {}, "questions": {{}}}}"#,
+            "1".repeat(5000)
+        )),
+        400,
+        bad,
+    ); // 13
+    let deep = format!(
+        r#"{{"state": {}{}, "questions": {{}}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
     expect_err(dec(deep), 400, bad); // 14
 }
 
@@ -253,22 +307,46 @@ fn c15_to_c18_not_an_object_with_questions() {
 
 #[test]
 fn c19_c20_state_required() {
-    expect_err(dec(format!(r#"{{"questions": {Q1}}}"#)), 400, "'state' is required");
-    expect_err(dec(format!(r#"{{"state": null, "questions": {Q1}}}"#)), 400, "'state' is required");
+    expect_err(
+        dec(format!(r#"{{"questions": {Q1}}}"#)),
+        400,
+        "'state' is required",
+    );
+    expect_err(
+        dec(format!(r#"{{"state": null, "questions": {Q1}}}"#)),
+        400,
+        "'state' is required",
+    );
 }
 
 #[test]
 fn c21_c22_questions_must_be_object() {
-    expect_err(dec(r#"{"state":"x","questions":[]}"#), 400, "'questions' must be an object");
-    expect_err(dec(r#"{"state":"x","questions":null}"#), 400, "'questions' must be an object");
+    expect_err(
+        dec(r#"{"state":"x","questions":[]}"#),
+        400,
+        "'questions' must be an object",
+    );
+    expect_err(
+        dec(r#"{"state":"x","questions":null}"#),
+        400,
+        "'questions' must be an object",
+    );
 }
 
 #[test]
 fn c23_c24_lone_surrogate() {
     expect_err(dec(r#"{"state":"\ud800","questions":{}}"#), 400, SURROGATE);
-    expect_err(dec(r#"{"state":"x","questions":{},"zz":"\udc00"}"#), 400, SURROGATE);
+    expect_err(
+        dec(r#"{"state":"x","questions":{},"zz":"\udc00"}"#),
+        400,
+        SURROGATE,
+    );
     // Keys are scanned too.
-    expect_err(dec(r#"{"state":"x","questions":{},"\udc00":1}"#), 400, SURROGATE);
+    expect_err(
+        dec(r#"{"state":"x","questions":{},"\udc00":1}"#),
+        400,
+        SURROGATE,
+    );
 }
 
 #[test]
@@ -281,7 +359,9 @@ fn c25_paired_surrogates_accepted() {
 
 #[test]
 fn c26_to_c31_lenient_json() {
-    assert!(matches!(ok(dec(r#"{"state": NaN, "questions": {}}"#)).state, Value::Float(x) if x.is_nan())); // 26
+    assert!(
+        matches!(ok(dec(r#"{"state": NaN, "questions": {}}"#)).state, Value::Float(x) if x.is_nan())
+    ); // 26
     ok(dec(r#"{"state":"x","questions":{},"z": Infinity}"#)); // 27
     ok(dec(b"\xef\xbb\xbf{\"state\":\"x\",\"questions\":{}}")); // 28
     let utf16: Vec<u8> = [0xFF, 0xFE]
@@ -297,8 +377,18 @@ fn c26_to_c31_lenient_json() {
         r#"{"state":"a","questions":{"q":{"type":"choice","instructions":"x","criteria":{"a":"1","b":"2","a":"3"}}}}"#,
     ));
     let crit = field(r.questions.get("q").unwrap_or(&Value::Null), "criteria");
-    let crit = crit.as_object().map(|o| o.iter().map(|(k, v)| (k.to_owned(), v.clone())).collect::<Vec<_>>());
-    assert_eq!(crit, Some(vec![("a".into(), Value::from("3")), ("b".into(), Value::from("2"))])); // 31
+    let crit = crit.as_object().map(|o| {
+        o.iter()
+            .map(|(k, v)| (k.to_owned(), v.clone()))
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(
+        crit,
+        Some(vec![
+            ("a".into(), Value::from("3")),
+            ("b".into(), Value::from("2"))
+        ])
+    ); // 31
 }
 
 // §13 cases 32 (content type) and 33 (chunked) are HTTP-layer; the body is the same bytes.
@@ -313,30 +403,54 @@ fn c34_c35_question_count() {
             .collect::<Vec<_>>()
             .join(",")
     };
-    expect_err(dec(format!(r#"{{"state":"x","questions":{{{}}}}}"#, qs(65))), 413, "too many questions (65 > 64)");
-    assert_eq!(ok(dec(format!(r#"{{"state":"x","questions":{{{}}}}}"#, qs(64)))).questions.len(), 64);
+    expect_err(
+        dec(format!(r#"{{"state":"x","questions":{{{}}}}}"#, qs(65))),
+        413,
+        "too many questions (65 > 64)",
+    );
+    assert_eq!(
+        ok(dec(format!(
+            r#"{{"state":"x","questions":{{{}}}}}"#,
+            qs(64)
+        )))
+        .questions
+        .len(),
+        64
+    );
 }
 
 #[test]
 fn c36_c37_choice_options() {
     expect_err(
-        dec(format!(r#"{{"state":"x","questions":{{"q":{}}}}}"#, choice(101))),
+        dec(format!(
+            r#"{{"state":"x","questions":{{"q":{}}}}}"#,
+            choice(101)
+        )),
         413,
         "too many choice options for 'q' (101 > 100)",
     );
     expect_err(
-        dec(format!(r#"{{"state":"x","questions":{{"it's":{}}}}}"#, choice(101))),
+        dec(format!(
+            r#"{{"state":"x","questions":{{"it's":{}}}}}"#,
+            choice(101)
+        )),
         413,
         "too many choice options for \"it's\" (101 > 100)",
     );
     // Object criteria count too; 100 is fine.
     let obj: Vec<String> = (0..101).map(|i| format!(r#""o{i}":null"#)).collect();
     expect_err(
-        dec(format!(r#"{{"state":"x","questions":{{"q":{{"type":"choice","criteria":{{{}}}}}}}}}"#, obj.join(","))),
+        dec(format!(
+            r#"{{"state":"x","questions":{{"q":{{"type":"choice","criteria":{{{}}}}}}}}}"#,
+            obj.join(",")
+        )),
         413,
         "too many choice options for 'q' (101 > 100)",
     );
-    ok(dec(format!(r#"{{"state":"x","questions":{{"q":{}}}}}"#, choice(100))));
+    ok(dec(format!(
+        r#"{{"state":"x","questions":{{"q":{}}}}}"#,
+        choice(100)
+    )));
 }
 
 #[test]
@@ -344,7 +458,11 @@ fn tournament_raises_choice_cap() {
     let limits = Limits::from_lookup(|k| (k == "LAYA_TOURNAMENT_GROUP").then(|| "8".to_owned()));
     assert_eq!(limits.max_choice_options, 255);
     let body = |n| format!(r#"{{"state":"x","questions":{{"q":{}}}}}"#, choice(n));
-    ok(parse_decision(body(255).as_bytes(), &limits, no_model_check));
+    ok(parse_decision(
+        body(255).as_bytes(),
+        &limits,
+        no_model_check,
+    ));
     expect_err(
         parse_decision(body(256).as_bytes(), &limits, no_model_check),
         413,
@@ -355,23 +473,41 @@ fn tournament_raises_choice_cap() {
 #[test]
 fn c38_score_levels() {
     expect_err(
-        dec(format!(r#"{{"state":"x","questions":{{"q":{}}}}}"#, score(33))),
+        dec(format!(
+            r#"{{"state":"x","questions":{{"q":{}}}}}"#,
+            score(33)
+        )),
         413,
         "too many score levels for 'q' (33 > 32)",
     );
-    ok(dec(format!(r#"{{"state":"x","questions":{{"q":{}}}}}"#, score(32))));
+    ok(dec(format!(
+        r#"{{"state":"x","questions":{{"q":{}}}}}"#,
+        score(32)
+    )));
 }
 
 #[test]
 fn c39_c40_c41_total_options() {
     let qs = |parts: Vec<String>| {
-        let entries: Vec<String> = parts.into_iter().enumerate().map(|(i, q)| format!(r#""c{i}":{q}"#)).collect();
+        let entries: Vec<String> = parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, q)| format!(r#""c{i}":{q}"#))
+            .collect();
         format!(r#"{{"state":"x","questions":{{{}}}}}"#, entries.join(","))
     };
-    expect_err(dec(qs(vec![choice(100); 6])), 413, "too many answer options across questions (600 > 512)");
+    expect_err(
+        dec(qs(vec![choice(100); 6])),
+        413,
+        "too many answer options across questions (600 > 512)",
+    );
     let mut five_plus = vec![choice(100); 5];
     five_plus.push(score(13));
-    expect_err(dec(qs(five_plus)), 413, "too many answer options across questions (513 > 512)");
+    expect_err(
+        dec(qs(five_plus)),
+        413,
+        "too many answer options across questions (513 > 512)",
+    );
     let mut exact = vec![choice(100); 5];
     exact.push(score(12));
     ok(dec(qs(exact)));
@@ -388,8 +524,16 @@ fn c39_c40_c41_total_options() {
 fn c42_to_c48_state_size() {
     let s = |state: String| format!(r#"{{"state": {state}, "questions": {{}}}}"#);
     ok(dec(s(json_str(&"a".repeat(50_000))))); // 42
-    expect_err(dec(s(json_str(&"a".repeat(50_001)))), 413, "state too large (50001 > 50000 chars)"); // 43
-    expect_err(dec(s(json_str(&"é".repeat(50_001)))), 413, "state too large (50001 > 50000 chars)"); // 44
+    expect_err(
+        dec(s(json_str(&"a".repeat(50_001)))),
+        413,
+        "state too large (50001 > 50000 chars)",
+    ); // 43
+    expect_err(
+        dec(s(json_str(&"é".repeat(50_001)))),
+        413,
+        "state too large (50001 > 50000 chars)",
+    ); // 44
     expect_err(
         dec(s(format!(r#"{{"k": {}}}"#, json_str(&"a".repeat(49_995))))),
         413,
@@ -401,25 +545,58 @@ fn c42_to_c48_state_size() {
         "state too large (60000 > 50000 chars)",
     ); // 46
     expect_err(
-        dec(s(format!(r#"{{"a": {}, "b": "yy"}}"#, json_str(&"x".repeat(60_000))))),
+        dec(s(format!(
+            r#"{{"a": {}, "b": "yy"}}"#,
+            json_str(&"x".repeat(60_000))
+        ))),
         413,
         "state too large (60002 > 50000 chars)",
     ); // 47
-    expect_err(dec(s(format!("[{}]", vec![r#""aa""#; 10_000].join(", ")))), 413, "state too large (60000 > 50000 chars)"); // 48
+    expect_err(
+        dec(s(format!("[{}]", vec![r#""aa""#; 10_000].join(", ")))),
+        413,
+        "state too large (60000 > 50000 chars)",
+    ); // 48
 }
 
 #[test]
 fn state_measure_details() {
-    let v = |text: &str| ok(pyjson::loads(text.as_bytes()).map_err(|e| ApiError::new(0, e.to_string()))).value;
+    let v = |text: &str| {
+        ok(pyjson::loads(text.as_bytes()).map_err(|e| ApiError::new(0, e.to_string()))).value
+    };
     // `{"k": "\"" * 30000}`: escaping doubles each quote (§5.4 example).
-    assert_eq!(state_length(&v(&format!(r#"{{"k": {}}}"#, json_str(&"\"".repeat(30_000)))), 50_000), 60_009);
+    assert_eq!(
+        state_length(
+            &v(&format!(r#"{{"k": {}}}"#, json_str(&"\"".repeat(30_000)))),
+            50_000
+        ),
+        60_009
+    );
     // Upstream's pre-scan gives up on the first number/bool/null it pops (its `else: return 0`),
     // so this state is measured exactly (60017), not by the running total (60000).
-    assert_eq!(state_length(&v(&format!(r#"{{"a": {}, "b": 1}}"#, json_str(&"x".repeat(60_000)))), 50_000), 60_017);
-    assert_eq!(state_length(&v(&format!(r#"[null, {}]"#, json_str(&"x".repeat(60_000)))), 50_000), 60_000);
+    assert_eq!(
+        state_length(
+            &v(&format!(
+                r#"{{"a": {}, "b": 1}}"#,
+                json_str(&"x".repeat(60_000))
+            )),
+            50_000
+        ),
+        60_017
+    );
+    assert_eq!(
+        state_length(
+            &v(&format!(r#"[null, {}]"#, json_str(&"x".repeat(60_000)))),
+            50_000
+        ),
+        60_000
+    );
     // Non-string scalars are their JSON text.
     assert_eq!(state_length(&v("1e400"), 50_000), "Infinity".len());
-    assert_eq!(state_length(&v("[1.0, -0.0, 1e-05, 1e16]"), 50_000), "[1.0, -0.0, 1e-05, 1e+16]".len());
+    assert_eq!(
+        state_length(&v("[1.0, -0.0, 1e-05, 1e16]"), 50_000),
+        "[1.0, -0.0, 1e-05, 1e+16]".len()
+    );
     // A lone surrogate is one code point (upstream refuses the body later, step 10).
     assert_eq!(state_length(&v(r#""\ud800ab""#), 50_000), 3);
     // The 64-value pre-scan budget: 64 short strings then a long one is measured exactly.
@@ -434,7 +611,10 @@ fn state_measure_details() {
 
 #[test]
 fn c51_body_at_the_byte_cap_hits_the_state_limit() {
-    let body = format!(r#"{{"state": {}, "questions": {{}}}}"#, json_str(&"a".repeat(2_097_122)));
+    let body = format!(
+        r#"{{"state": {}, "questions": {{}}}}"#,
+        json_str(&"a".repeat(2_097_122))
+    );
     assert_eq!(body.len(), 2_097_152);
     expect_err(dec(body), 413, "state too large (2097122 > 50000 chars)");
 }
@@ -448,19 +628,32 @@ fn c53_c54_null_score_level() {
     let q = r#"{"q":{"type":"score","instructions":"x","criteria":["a",null]}}"#;
     let d = "score question 'q' has a null level at index 1; give every level a description";
     expect_err(dec(format!(r#"{{"state":"x","questions":{q}}}"#)), 422, d);
-    expect_err(dec(format!(r#"{{"state":{},"questions":{q}}}"#, json_str(&"x".repeat(60_000)))), 422, d);
+    expect_err(
+        dec(format!(
+            r#"{{"state":{},"questions":{q}}}"#,
+            json_str(&"x".repeat(60_000))
+        )),
+        422,
+        d,
+    );
 }
 
 #[test]
 fn c55_choice_and_null_level_order() {
     let null_score = r#"{"type":"score","instructions":"x","criteria":[null,"a",null]}"#;
     expect_err(
-        dec(format!(r#"{{"state":"x","questions":{{"a":{},"b":{null_score}}}}}"#, choice(101))),
+        dec(format!(
+            r#"{{"state":"x","questions":{{"a":{},"b":{null_score}}}}}"#,
+            choice(101)
+        )),
         413,
         "too many choice options for 'a' (101 > 100)",
     );
     expect_err(
-        dec(format!(r#"{{"state":"x","questions":{{"b":{null_score},"a":{}}}}}"#, choice(101))),
+        dec(format!(
+            r#"{{"state":"x","questions":{{"b":{null_score},"a":{}}}}}"#,
+            choice(101)
+        )),
         422,
         "score question 'b' has a null level at index 0; give every level a description",
     );
@@ -468,16 +661,32 @@ fn c55_choice_and_null_level_order() {
 
 #[test]
 fn c56_hooks_before_surrogate() {
-    expect_err(dec(r#"{"state":"\ud800","questions":{},"hooks":1}"#), 422, &format!("hooks{HOOKS_TAIL}"));
+    expect_err(
+        dec(r#"{"state":"\ud800","questions":{},"hooks":1}"#),
+        422,
+        &format!("hooks{HOOKS_TAIL}"),
+    );
 }
 
 #[test]
 fn c57_c58_model_check_runs_after_surrogate_and_before_max_len() {
     let run = |body: &str| parse_decision(body.as_bytes(), &Limits::default(), stub_model_check);
-    expect_err(run(r#"{"state":"\ud800","questions":{},"model":"a/b"}"#), 400, SURROGATE); // 57
-    expect_err(run(r#"{"state":"x","questions":{},"model":"a/b","max_len":"z"}"#), 422, "unknown model 'a/b'; stub"); // 58
-    // ... and after the limits and hooks.
-    expect_err(run(r#"{"state":"x","questions":{},"model":"a/b","hooks":0}"#), 422, &format!("hooks{HOOKS_TAIL}"));
+    expect_err(
+        run(r#"{"state":"\ud800","questions":{},"model":"a/b"}"#),
+        400,
+        SURROGATE,
+    ); // 57
+    expect_err(
+        run(r#"{"state":"x","questions":{},"model":"a/b","max_len":"z"}"#),
+        422,
+        "unknown model 'a/b'; stub",
+    ); // 58
+       // ... and after the limits and hooks.
+    expect_err(
+        run(r#"{"state":"x","questions":{},"model":"a/b","hooks":0}"#),
+        422,
+        &format!("hooks{HOOKS_TAIL}"),
+    );
 }
 
 #[test]
@@ -493,19 +702,34 @@ fn model_check_gets_the_raw_value() {
             Ok(())
         }));
     }
-    assert_eq!(seen, vec![Value::Null, Value::Null, Value::Array(vec![Value::from("a/b")])]);
+    assert_eq!(
+        seen,
+        vec![
+            Value::Null,
+            Value::Null,
+            Value::Array(vec![Value::from("a/b")])
+        ]
+    );
 }
 
 #[test]
 fn c59_c60_control_order() {
-    expect_err(dec(with_q1(r#""max_len":"z","lang":1,"min_confidence":5"#)), 422, "max_len must be an integer");
+    expect_err(
+        dec(with_q1(r#""max_len":"z","lang":1,"min_confidence":5"#)),
+        422,
+        "max_len must be an integer",
+    );
     expect_err(
         dec(with_q1(r#""lang":1,"min_confidence":5"#)),
         422,
         "lang must be a language code string such as \"de\", or null",
     );
     // max_len before head_max_len, lang before lang_guess.
-    expect_err(dec(with_q1(r#""head_max_len":0,"max_len":0"#)), 422, "max_len must be a positive integer");
+    expect_err(
+        dec(with_q1(r#""head_max_len":0,"max_len":0"#)),
+        422,
+        "max_len must be a positive integer",
+    );
     expect_err(
         dec(with_q1(r#""lang_guess":1,"lang":2"#)),
         422,
@@ -516,20 +740,30 @@ fn c59_c60_control_order() {
 #[test]
 fn c61_c62_task_and_question_errors_pass_validation() {
     // Their 422s come from step 16 (inside inference), not from here.
-    let r = ok(dec(r#"{"state":"x","questions":{"q":{"type":"zz","instructions":"x"}},"task":"zz"}"#));
+    let r = ok(dec(
+        r#"{"state":"x","questions":{"q":{"type":"zz","instructions":"x"}},"task":"zz"}"#,
+    ));
     assert_eq!(r.task, Some(Value::from("zz")));
-    ok(dec(r#"{"state":"x","questions":{"q1":{"type":"noul"},"q2":{"type":"zz","instructions":"x"}}}"#));
+    ok(dec(
+        r#"{"state":"x","questions":{"q1":{"type":"noul"},"q2":{"type":"zz","instructions":"x"}}}"#,
+    ));
 }
 
 // §13: controls (422 unless noted)
 
 #[test]
 fn c63_c64_hooks() {
-    expect_err(dec(with_q1(r#""hooks":[1],"hooks_timeout":3"#)), 422, &format!("hooks, hooks_timeout{HOOKS_TAIL}"));
+    expect_err(
+        dec(with_q1(r#""hooks":[1],"hooks_timeout":3"#)),
+        422,
+        &format!("hooks, hooks_timeout{HOOKS_TAIL}"),
+    );
     ok(dec(with_q1(r#""hooks":null"#)));
     // All five, sorted by name whatever the body order.
     expect_err(
-        dec(with_q1(r#""on_predict_start":0,"hooks_timeout":false,"on_predict_end":"","hooks_raise":[],"hooks":{}"#)),
+        dec(with_q1(
+            r#""on_predict_start":0,"hooks_timeout":false,"on_predict_end":"","hooks_raise":[],"hooks":{}"#,
+        )),
         422,
         &format!("hooks, hooks_raise, hooks_timeout, on_predict_end, on_predict_start{HOOKS_TAIL}"),
     );
@@ -553,25 +787,55 @@ fn c68_to_c71_model_values_pass_through() {
 #[test]
 fn c72_to_c75_token_budgets() {
     for v in [r#""512""#, "512.0", "true"] {
-        expect_err(dec(with_q1(&format!(r#""max_len":{v}"#))), 422, "max_len must be an integer");
+        expect_err(
+            dec(with_q1(&format!(r#""max_len":{v}"#))),
+            422,
+            "max_len must be an integer",
+        );
     }
-    expect_err(dec(with_q1(r#""max_len":0"#)), 422, "max_len must be a positive integer");
-    expect_err(dec(with_q1(r#""max_len":-99999999999999999999999"#)), 422, "max_len must be a positive integer");
-    expect_err(dec(with_q1(r#""max_len":9000"#)), 422, "max_len exceeds server limit (9000 > 8192)");
-    expect_err(dec(with_q1(r#""head_max_len":9000"#)), 422, "head_max_len exceeds server limit (9000 > 8192)");
     expect_err(
-        dec(with_q1(r#""max_len":100000000000000000000000000000000000000000"#)),
+        dec(with_q1(r#""max_len":0"#)),
+        422,
+        "max_len must be a positive integer",
+    );
+    expect_err(
+        dec(with_q1(r#""max_len":-99999999999999999999999"#)),
+        422,
+        "max_len must be a positive integer",
+    );
+    expect_err(
+        dec(with_q1(r#""max_len":9000"#)),
+        422,
+        "max_len exceeds server limit (9000 > 8192)",
+    );
+    expect_err(
+        dec(with_q1(r#""head_max_len":9000"#)),
+        422,
+        "head_max_len exceeds server limit (9000 > 8192)",
+    );
+    expect_err(
+        dec(with_q1(
+            r#""max_len":100000000000000000000000000000000000000000"#,
+        )),
         422,
         "max_len exceeds server limit (100000000000000000000000000000000000000000 > 8192)",
     );
     let r = ok(dec(with_q1(r#""max_len":8192,"head_max_len":1"#)));
-    assert_eq!((r.opts.max_len, r.opts.head_max_len, r.opts.batch_size), (Some(8192), Some(1), None));
+    assert_eq!(
+        (r.opts.max_len, r.opts.head_max_len, r.opts.batch_size),
+        (Some(8192), Some(1), None)
+    );
     let r = ok(dec(with_q1(r#""max_len":null"#)));
     assert_eq!((r.opts.max_len, r.opts.head_max_len), (None, None));
     // LAYA_MAX_TOKEN_BUDGET moves the cap.
-    let limits = Limits::from_lookup(|k| (k == "LAYA_MAX_TOKEN_BUDGET").then(|| " 16_384 ".to_owned()));
+    let limits =
+        Limits::from_lookup(|k| (k == "LAYA_MAX_TOKEN_BUDGET").then(|| " 16_384 ".to_owned()));
     assert_eq!(limits.max_token_budget, 16_384);
-    let r = ok(parse_decision(with_q1(r#""max_len":9000"#).as_bytes(), &limits, no_model_check));
+    let r = ok(parse_decision(
+        with_q1(r#""max_len":9000"#).as_bytes(),
+        &limits,
+        no_model_check,
+    ));
     assert_eq!(r.opts.max_len, Some(9000));
 }
 
@@ -583,7 +847,10 @@ fn c76_to_c79_lang() {
         "lang_guess must be a language code string such as \"de\", or null",
     );
     let r = ok(dec(with_q1(r#""lang":"de","lang_guess":"en_US.UTF-8""#)));
-    assert_eq!((r.lang.as_deref(), r.lang_guess.as_deref()), (Some("de"), Some("en_US.UTF-8")));
+    assert_eq!(
+        (r.lang.as_deref(), r.lang_guess.as_deref()),
+        (Some("de"), Some("en_US.UTF-8"))
+    );
     let r = ok(dec(with_q1(r#""lang":"","lang_guess":null"#)));
     assert_eq!((r.lang.as_deref(), r.lang_guess), (Some(""), None));
 }
@@ -593,10 +860,18 @@ fn c80_to_c84_min_confidence() {
     let bad = |v: &str| format!("min_confidence must be a float in [0.0, 1.0], got {v}");
     expect_err(dec(with_q1(r#""min_confidence":1.5"#)), 422, &bad("1.5"));
     expect_err(dec(with_q1(r#""min_confidence":true"#)), 422, &bad("True"));
-    expect_err(dec(with_q1(r#""min_confidence":"0.5""#)), 422, &bad("'0.5'"));
+    expect_err(
+        dec(with_q1(r#""min_confidence":"0.5""#)),
+        422,
+        &bad("'0.5'"),
+    );
     expect_err(dec(with_q1(r#""min_confidence":-1"#)), 422, &bad("-1"));
     expect_err(dec(with_q1(r#""min_confidence":NaN"#)), 422, &bad("nan"));
-    expect_err(dec(with_q1(r#""min_confidence":[0.5]"#)), 422, &bad("[0.5]"));
+    expect_err(
+        dec(with_q1(r#""min_confidence":[0.5]"#)),
+        422,
+        &bad("[0.5]"),
+    );
     expect_err(
         dec(with_q1(r#""min_confidence":{}"#)),
         422,
@@ -607,13 +882,29 @@ fn c80_to_c84_min_confidence() {
         422,
         "min_confidence map keys must be a bucket like 'choice:3-5' or 'default', got 'x'",
     ); // 82
-    // Map entries are checked in order, key then value.
-    expect_err(dec(with_q1(r#""min_confidence":{"choice:2":null,"x":0.5}"#)), 422, &bad("None"));
-    assert_eq!(ok(dec(with_q1(r#""min_confidence":0.9"#))).min_confidence, Some(MinConfidence::Scalar(0.9))); // 83
-    assert_eq!(ok(dec(with_q1(r#""min_confidence":0"#))).min_confidence, Some(MinConfidence::Scalar(0.0))); // 84
-    assert_eq!(ok(dec(with_q1(r#""min_confidence":null"#))).min_confidence, None);
+       // Map entries are checked in order, key then value.
+    expect_err(
+        dec(with_q1(r#""min_confidence":{"choice:2":null,"x":0.5}"#)),
+        422,
+        &bad("None"),
+    );
     assert_eq!(
-        ok(dec(with_q1(r#""min_confidence":{"score:11+":1,"default":0.25,"noul:2":0.5}"#))).min_confidence,
+        ok(dec(with_q1(r#""min_confidence":0.9"#))).min_confidence,
+        Some(MinConfidence::Scalar(0.9))
+    ); // 83
+    assert_eq!(
+        ok(dec(with_q1(r#""min_confidence":0"#))).min_confidence,
+        Some(MinConfidence::Scalar(0.0))
+    ); // 84
+    assert_eq!(
+        ok(dec(with_q1(r#""min_confidence":null"#))).min_confidence,
+        None
+    );
+    assert_eq!(
+        ok(dec(with_q1(
+            r#""min_confidence":{"score:11+":1,"default":0.25,"noul:2":0.5}"#
+        )))
+        .min_confidence,
         Some(MinConfidence::Buckets(vec![
             ("score:11+".into(), 1.0),
             ("default".into(), 0.25),
@@ -625,12 +916,18 @@ fn c80_to_c84_min_confidence() {
 #[test]
 fn min_confidence_int_beyond_float_is_an_unhandled_500() {
     // Upstream's `math.isfinite(10**400)` raises OverflowError, which nothing catches.
-    let e = match dec(with_q1(&format!(r#""min_confidence":1{}"#, "0".repeat(400)))) {
+    let e = match dec(with_q1(&format!(
+        r#""min_confidence":1{}"#,
+        "0".repeat(400)
+    ))) {
         Err(e) => e,
         Ok(r) => panic!("expected an error, got {r:?}"),
     };
     assert!(e.is_unhandled());
-    assert_eq!((e.status, e.body().as_str(), e.content_type()), (500, "Internal Server Error", "text/plain; charset=utf-8"));
+    assert_eq!(
+        (e.status, e.body().as_str(), e.content_type()),
+        (500, "Internal Server Error", "text/plain; charset=utf-8")
+    );
     // A big int that still fits a float is an ordinary 422 with its full digits.
     let big = format!("1{}", "0".repeat(300));
     expect_err(
@@ -642,7 +939,10 @@ fn min_confidence_int_beyond_float_is_an_unhandled_500() {
 
 #[test]
 fn c85_c86_c87_task_and_unknown_fields_pass() {
-    assert_eq!(ok(dec(with_q1(r#""task":"Typed-Decisions""#))).task, Some(Value::from("Typed-Decisions")));
+    assert_eq!(
+        ok(dec(with_q1(r#""task":"Typed-Decisions""#))).task,
+        Some(Value::from("Typed-Decisions"))
+    );
     assert_eq!(ok(dec(with_q1(r#""task":5"#))).task, Some(Value::from(5))); // 422 later, at step 16
     assert_eq!(ok(dec(with_q1(r#""task":null"#))).task, None);
     let r = ok(dec(
@@ -679,38 +979,79 @@ fn c144_batch_needs_both_keys() {
 #[test]
 fn c145_c146_states_list() {
     let d = "'states' must be a non-empty list";
-    expect_err(batch(format!(r#"{{"states":"x","questions":{Q1}}}"#)), 400, d);
-    expect_err(batch(format!(r#"{{"states":[],"questions":{Q1}}}"#)), 400, d);
-    expect_err(batch(format!(r#"{{"states":null,"questions":{Q1}}}"#)), 400, d);
+    expect_err(
+        batch(format!(r#"{{"states":"x","questions":{Q1}}}"#)),
+        400,
+        d,
+    );
+    expect_err(
+        batch(format!(r#"{{"states":[],"questions":{Q1}}}"#)),
+        400,
+        d,
+    );
+    expect_err(
+        batch(format!(r#"{{"states":null,"questions":{Q1}}}"#)),
+        400,
+        d,
+    );
     let states = |n| format!("[{}]", vec![r#""s""#; n].join(","));
     expect_err(
         batch(format!(r#"{{"states":{},"questions":{Q1}}}"#, states(65))),
         413,
         "too many states in batch (65 > 64)",
     );
-    assert_eq!(ok(batch(format!(r#"{{"states":{},"questions":{Q1}}}"#, states(64)))).states.len(), 64);
+    assert_eq!(
+        ok(batch(format!(
+            r#"{{"states":{},"questions":{Q1}}}"#,
+            states(64)
+        )))
+        .states
+        .len(),
+        64
+    );
     // The state count comes before any per-state check.
-    expect_err(batch(format!(r#"{{"states":{},"questions":[]}}"#, states(65))), 413, "too many states in batch (65 > 64)");
+    expect_err(
+        batch(format!(r#"{{"states":{},"questions":[]}}"#, states(65))),
+        413,
+        "too many states in batch (65 > 64)",
+    );
 }
 
 #[test]
 fn c147_c148_per_state_checks() {
-    expect_err(batch(format!(r#"{{"states":["x",null],"questions":{Q1}}}"#)), 400, "'state' is required");
     expect_err(
-        batch(format!(r#"{{"states":["x",{}],"questions":{Q1}}}"#, json_str(&"a".repeat(50_001)))),
+        batch(format!(r#"{{"states":["x",null],"questions":{Q1}}}"#)),
+        400,
+        "'state' is required",
+    );
+    expect_err(
+        batch(format!(
+            r#"{{"states":["x",{}],"questions":{Q1}}}"#,
+            json_str(&"a".repeat(50_001))
+        )),
         413,
         "state too large (50001 > 50000 chars)",
     );
     // Per state, in order: the first state's null check beats the question checks ...
-    expect_err(batch(r#"{"states":[null],"questions":[]}"#), 400, "'state' is required");
+    expect_err(
+        batch(r#"{"states":[null],"questions":[]}"#),
+        400,
+        "'state' is required",
+    );
     // ... which beat the first state's size and every later state.
     expect_err(
-        batch(format!(r#"{{"states":[{},null],"questions":[]}}"#, json_str(&"a".repeat(50_001)))),
+        batch(format!(
+            r#"{{"states":[{},null],"questions":[]}}"#,
+            json_str(&"a".repeat(50_001))
+        )),
         400,
         "'questions' must be an object",
     );
     expect_err(
-        batch(format!(r#"{{"states":["x",{},null],"questions":{{}}}}"#, json_str(&"a".repeat(50_001)))),
+        batch(format!(
+            r#"{{"states":["x",{},null],"questions":{{}}}}"#,
+            json_str(&"a".repeat(50_001))
+        )),
         413,
         "state too large (50001 > 50000 chars)",
     );
@@ -718,41 +1059,101 @@ fn c147_c148_per_state_checks() {
 
 #[test]
 fn c149_c150_diagnostics() {
-    expect_err(batch(format!(r#"{{"states":{STATES2},"questions":{Q1},"diagnostics":{{}}}}"#)), 422, DIAGNOSTICS);
     expect_err(
-        batch(format!(r#"{{"states":{STATES2},"questions":{Q1},"on_predict_end":1,"diagnostics":{{}}}}"#)),
-        422,
-        &format!("on_predict_end{HOOKS_TAIL}"),
-    );
-    ok(batch(format!(r#"{{"states":{STATES2},"questions":{Q1},"diagnostics":null}}"#)));
-    // Diagnostics before the surrogate scan; the surrogate before the controls.
-    expect_err(
-        batch(format!(r#"{{"states":["\udc00"],"questions":{Q1},"diagnostics":0,"max_len":"z"}}"#)),
+        batch(format!(
+            r#"{{"states":{STATES2},"questions":{Q1},"diagnostics":{{}}}}"#
+        )),
         422,
         DIAGNOSTICS,
     );
-    expect_err(batch(format!(r#"{{"states":["\udc00"],"questions":{Q1},"max_len":"z"}}"#)), 400, SURROGATE);
+    expect_err(
+        batch(format!(
+            r#"{{"states":{STATES2},"questions":{Q1},"on_predict_end":1,"diagnostics":{{}}}}"#
+        )),
+        422,
+        &format!("on_predict_end{HOOKS_TAIL}"),
+    );
+    ok(batch(format!(
+        r#"{{"states":{STATES2},"questions":{Q1},"diagnostics":null}}"#
+    )));
+    // Diagnostics before the surrogate scan; the surrogate before the controls.
+    expect_err(
+        batch(format!(
+            r#"{{"states":["\udc00"],"questions":{Q1},"diagnostics":0,"max_len":"z"}}"#
+        )),
+        422,
+        DIAGNOSTICS,
+    );
+    expect_err(
+        batch(format!(
+            r#"{{"states":["\udc00"],"questions":{Q1},"max_len":"z"}}"#
+        )),
+        400,
+        SURROGATE,
+    );
 }
 
 #[test]
 fn c151_c152_batch_size_and_sort_by_length() {
-    let b = |extra: &str| batch(format!(r#"{{"states":{STATES2},"questions":{Q1},{extra}}}"#));
-    expect_err(b(r#""batch_size":0"#), 422, "batch_size must be a positive integer, got 0");
-    expect_err(b(r#""batch_size":-12345678901234567890123"#), 422, "batch_size must be a positive integer, got -12345678901234567890123");
-    expect_err(b(r#""batch_size":"2""#), 422, "batch_size must be an integer");
-    expect_err(b(r#""batch_size":true"#), 422, "batch_size must be an integer");
-    expect_err(b(r#""batch_size":2.0"#), 422, "batch_size must be an integer");
-    expect_err(b(r#""sort_by_length":"yes""#), 422, "sort_by_length must be a boolean");
-    expect_err(b(r#""sort_by_length":1"#), 422, "sort_by_length must be a boolean");
+    let b = |extra: &str| {
+        batch(format!(
+            r#"{{"states":{STATES2},"questions":{Q1},{extra}}}"#
+        ))
+    };
+    expect_err(
+        b(r#""batch_size":0"#),
+        422,
+        "batch_size must be a positive integer, got 0",
+    );
+    expect_err(
+        b(r#""batch_size":-12345678901234567890123"#),
+        422,
+        "batch_size must be a positive integer, got -12345678901234567890123",
+    );
+    expect_err(
+        b(r#""batch_size":"2""#),
+        422,
+        "batch_size must be an integer",
+    );
+    expect_err(
+        b(r#""batch_size":true"#),
+        422,
+        "batch_size must be an integer",
+    );
+    expect_err(
+        b(r#""batch_size":2.0"#),
+        422,
+        "batch_size must be an integer",
+    );
+    expect_err(
+        b(r#""sort_by_length":"yes""#),
+        422,
+        "sort_by_length must be a boolean",
+    );
+    expect_err(
+        b(r#""sort_by_length":1"#),
+        422,
+        "sort_by_length must be a boolean",
+    );
     // Order: min_confidence, batch_size, sort_by_length, after the shared controls.
-    expect_err(b(r#""sort_by_length":1,"batch_size":0"#), 422, "batch_size must be a positive integer, got 0");
+    expect_err(
+        b(r#""sort_by_length":1,"batch_size":0"#),
+        422,
+        "batch_size must be a positive integer, got 0",
+    );
     expect_err(
         b(r#""batch_size":0,"min_confidence":2"#),
         422,
         "min_confidence must be a float in [0.0, 1.0], got 2",
     );
-    expect_err(b(r#""batch_size":0,"lang_guess":2"#), 422, "lang_guess must be a language code string such as \"de\", or null");
-    let r = ok(b(r#""batch_size":1,"sort_by_length":true,"min_confidence":0.5,"lang":"de","max_len":64"#));
+    expect_err(
+        b(r#""batch_size":0,"lang_guess":2"#),
+        422,
+        "lang_guess must be a language code string such as \"de\", or null",
+    );
+    let r = ok(b(
+        r#""batch_size":1,"sort_by_length":true,"min_confidence":0.5,"lang":"de","max_len":64"#,
+    ));
     assert_eq!(r.opts.batch_size, Some(1));
     assert_eq!(r.opts.max_len, Some(64));
     assert!(r.sort_by_length);
@@ -760,7 +1161,12 @@ fn c151_c152_batch_size_and_sort_by_length() {
     assert_eq!(r.lang.as_deref(), Some("de"));
     assert!(!ok(b(r#""sort_by_length":false"#)).sort_by_length);
     // A huge batch_size is valid and means "one pass".
-    assert_eq!(ok(b(r#""batch_size":100000000000000000000000000000"#)).opts.batch_size, Some(usize::MAX));
+    assert_eq!(
+        ok(b(r#""batch_size":100000000000000000000000000000"#))
+            .opts
+            .batch_size,
+        Some(usize::MAX)
+    );
 }
 
 #[test]
@@ -773,7 +1179,11 @@ fn c153_batch_empty_questions() {
 #[test]
 fn batch_model_check_order() {
     let run = |body: &str| parse_batch(body.as_bytes(), &Limits::default(), stub_model_check);
-    expect_err(run(r#"{"states":["\udc00"],"questions":{},"model":"a/b"}"#), 400, SURROGATE);
+    expect_err(
+        run(r#"{"states":["\udc00"],"questions":{},"model":"a/b"}"#),
+        400,
+        SURROGATE,
+    );
     expect_err(
         run(r#"{"states":["x"],"questions":{},"model":"a/b","max_len":"z"}"#),
         422,
@@ -784,15 +1194,33 @@ fn batch_model_check_order() {
 #[test]
 fn batch_chunking_caps_batch_size() {
     // 64 states × 64 questions × 512 = 2 097 152 tokens > 131 072: passes of (131072/512)/64 = 4.
-    let qs: Vec<String> = (0..64).map(|i| format!(r#""q{i}":{{"type":"noul","instructions":"x"}}"#)).collect();
+    let qs: Vec<String> = (0..64)
+        .map(|i| format!(r#""q{i}":{{"type":"noul","instructions":"x"}}"#))
+        .collect();
     let states = format!("[{}]", vec![r#""s""#; 64].join(","));
-    let body = |extra: &str| format!(r#"{{"states":{states},"questions":{{{}}}{extra}}}"#, qs.join(","));
+    let body = |extra: &str| {
+        format!(
+            r#"{{"states":{states},"questions":{{{}}}{extra}}}"#,
+            qs.join(",")
+        )
+    };
     assert_eq!(ok(batch(body(""))).opts.batch_size, Some(4));
-    assert_eq!(ok(batch(body(r#","batch_size":2"#))).opts.batch_size, Some(2));
-    assert_eq!(ok(batch(body(r#","batch_size":50"#))).opts.batch_size, Some(4));
+    assert_eq!(
+        ok(batch(body(r#","batch_size":2"#))).opts.batch_size,
+        Some(2)
+    );
+    assert_eq!(
+        ok(batch(body(r#","batch_size":50"#))).opts.batch_size,
+        Some(4)
+    );
     // max_len sets the row width: 64 × 64 × 32 = 131 072 fits in one pass.
     assert_eq!(ok(batch(body(r#","max_len":32"#))).opts.batch_size, None);
-    assert_eq!(ok(batch(body(r#","max_len":32,"batch_size":7"#))).opts.batch_size, Some(7));
+    assert_eq!(
+        ok(batch(body(r#","max_len":32,"batch_size":7"#)))
+            .opts
+            .batch_size,
+        Some(7)
+    );
     // LAYA_MAX_BATCH_TOKENS.
     let limits = Limits::from_lookup(|k| (k == "LAYA_MAX_BATCH_TOKENS").then(|| "1".to_owned()));
     let r = ok(parse_batch(body("").as_bytes(), &limits, no_model_check));
@@ -806,13 +1234,29 @@ fn batch_chunking_caps_batch_size() {
 #[test]
 fn env_limits() {
     let env = |pairs: &'static [(&'static str, &'static str)]| {
-        Limits::from_lookup(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+        Limits::from_lookup(move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
     };
     assert_eq!(env(&[]), Limits::default());
-    let l = env(&[("LAYA_MAX_TOKEN_BUDGET", "0"), ("LAYA_MAX_BATCH_TOKENS", "abc"), ("LAYA_TOURNAMENT_GROUP", "101")]);
+    let l = env(&[
+        ("LAYA_MAX_TOKEN_BUDGET", "0"),
+        ("LAYA_MAX_BATCH_TOKENS", "abc"),
+        ("LAYA_TOURNAMENT_GROUP", "101"),
+    ]);
     assert_eq!(l, Limits::default());
-    let l = env(&[("LAYA_MAX_TOKEN_BUDGET", "+4096"), ("LAYA_MAX_BATCH_TOKENS", "1_000"), ("LAYA_TOURNAMENT_GROUP", " 2 ")]);
-    assert_eq!((l.max_token_budget, l.max_batch_tokens, l.max_choice_options), (4096, 1000, 255));
+    let l = env(&[
+        ("LAYA_MAX_TOKEN_BUDGET", "+4096"),
+        ("LAYA_MAX_BATCH_TOKENS", "1_000"),
+        ("LAYA_TOURNAMENT_GROUP", " 2 "),
+    ]);
+    assert_eq!(
+        (l.max_token_budget, l.max_batch_tokens, l.max_choice_options),
+        (4096, 1000, 255)
+    );
     assert_eq!(tournament_group(Some("1")), 0);
     assert_eq!(tournament_group(Some("100")), 100);
     assert_eq!(tournament_group(Some("")), 0);
@@ -822,10 +1266,19 @@ fn env_limits() {
 
 #[test]
 fn api_error_body_is_compact_json() {
-    let e = ApiError::new(422, "lang must be a language code string such as \"de\", or null");
-    assert_eq!(e.body(), r#"{"detail":"lang must be a language code string such as \"de\", or null"}"#);
+    let e = ApiError::new(
+        422,
+        "lang must be a language code string such as \"de\", or null",
+    );
+    assert_eq!(
+        e.body(),
+        r#"{"detail":"lang must be a language code string such as \"de\", or null"}"#
+    );
     assert_eq!(e.content_type(), "application/json");
-    assert_eq!(ApiError::new(413, "too many choice options for 'zé\n' (101 > 100)").body(), "{\"detail\":\"too many choice options for 'zé\\n' (101 > 100)\"}");
+    assert_eq!(
+        ApiError::new(413, "too many choice options for 'zé\n' (101 > 100)").body(),
+        "{\"detail\":\"too many choice options for 'zé\\n' (101 > 100)\"}"
+    );
 }
 
 #[test]
@@ -834,7 +1287,11 @@ fn deep_values_in_controls_do_not_recurse() {
     let depth = 3000;
     let v = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
     let want = format!("min_confidence must be a float in [0.0, 1.0], got {v}");
-    expect_err(dec(with_q1(&format!(r#""min_confidence":{v}"#))), 422, &want);
+    expect_err(
+        dec(with_q1(&format!(r#""min_confidence":{v}"#))),
+        422,
+        &want,
+    );
     // And a deep state passes the size check.
     ok(dec(format!(r#"{{"state":{v},"questions":{{}}}}"#)));
 }

@@ -26,15 +26,18 @@ fn fixtures_dir() -> PathBuf {
 }
 
 fn get<'a>(o: &'a Object, key: &str) -> &'a Value {
-    o.get(key).unwrap_or_else(|| panic!("reference lacks {key:?}"))
+    o.get(key)
+        .unwrap_or_else(|| panic!("reference lacks {key:?}"))
 }
 
 fn obj(v: &Value) -> &Object {
-    v.as_object().unwrap_or_else(|| panic!("expected an object, got {}", v.type_name()))
+    v.as_object()
+        .unwrap_or_else(|| panic!("expected an object, got {}", v.type_name()))
 }
 
 fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or_else(|| panic!("expected a string, got {}", v.type_name()))
+    v.as_str()
+        .unwrap_or_else(|| panic!("expected a string, got {}", v.type_name()))
 }
 
 /// The request body as upstream parsed it: `body` (a JSON value) or `raw_body` (the bytes).
@@ -49,7 +52,11 @@ fn request_body(request: &Object) -> Option<Value> {
 /// Upstream's routing for one state of a request body (same controls for every state).
 fn route_body(body: &Object, state: &Value, cfg: &RoutingConfig) -> Result<Routing, String> {
     let pin = resolve_model_field(body.get("model").unwrap_or(&Value::Null), cfg)?;
-    let ids: Vec<&str> = body.get("questions").and_then(Value::as_object).map(|q| q.keys().collect()).unwrap_or_default();
+    let ids: Vec<&str> = body
+        .get("questions")
+        .and_then(Value::as_object)
+        .map(|q| q.keys().collect())
+        .unwrap_or_default();
     let lang = body.get("lang").and_then(Value::as_str);
     let lang_guess = body.get("lang_guess").and_then(Value::as_str);
     route(state, &ids, pin, body.get("task"), lang, lang_guess, cfg)
@@ -70,12 +77,22 @@ fn routing_matches_upstream_references() {
     for ckpt in ["tiny", "tiny-multilingual-shape"] {
         let cfg = RoutingConfig::single_source(ckpt);
         for set in ["smoke", "short", "edge"] {
-            let path = dir.join("references").join(ckpt).join(format!("{set}.jsonl"));
-            let data = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let path = dir
+                .join("references")
+                .join(ckpt)
+                .join(format!("{set}.jsonl"));
+            let data = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             for line in data.lines().filter(|l| !l.trim().is_empty()) {
-                let rec = loads(line.as_bytes()).unwrap_or_else(|e| panic!("{}: {e:?}", path.display())).value;
+                let rec = loads(line.as_bytes())
+                    .unwrap_or_else(|e| panic!("{}: {e:?}", path.display()))
+                    .value;
                 let rec = obj(&rec);
-                let id = rec.get("id").and_then(Value::as_str).unwrap_or("?").to_string();
+                let id = rec
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+                    .to_string();
                 let where_ = format!("{ckpt}/{set} {id}");
                 let request = obj(get(rec, "request"));
                 let path_ = text(get(request, "path"));
@@ -84,7 +101,9 @@ fn routing_matches_upstream_references() {
                 }
                 let status = get(rec, "status").as_number_f64().unwrap_or(0.0) as u16;
                 let resp_text = text(get(rec, "body"));
-                let resp = loads(resp_text.as_bytes()).unwrap_or_else(|e| panic!("{where_}: response {e:?}")).value;
+                let resp = loads(resp_text.as_bytes())
+                    .unwrap_or_else(|e| panic!("{where_}: response {e:?}"))
+                    .value;
                 let resp = obj(&resp);
 
                 if status == 422 {
@@ -92,19 +111,23 @@ fn routing_matches_upstream_references() {
                     if !detail.starts_with("unknown model") {
                         continue;
                     }
-                    let body = request_body(request).unwrap_or_else(|| panic!("{where_}: unreadable body"));
+                    let body = request_body(request)
+                        .unwrap_or_else(|| panic!("{where_}: unreadable body"));
                     let body = obj(&body);
                     let got = route_body(body, get(body, "state"), &cfg);
                     match got {
                         Err(e) if e == detail => tally.errors += 1,
-                        other => failures.push(format!("{where_}: want Err({detail:?}), got {other:?}")),
+                        other => {
+                            failures.push(format!("{where_}: want Err({detail:?}), got {other:?}"))
+                        }
                     }
                     continue;
                 }
                 if status != 200 {
                     continue;
                 }
-                let body = request_body(request).unwrap_or_else(|| panic!("{where_}: unreadable body"));
+                let body =
+                    request_body(request).unwrap_or_else(|| panic!("{where_}: unreadable body"));
                 let body = obj(&body);
                 if path_ == "/v1/systemone" {
                     let want = dumps(get(resp, "routing"), Style::Compact).expect("finite");
@@ -121,12 +144,17 @@ fn routing_matches_upstream_references() {
                         Err(e) => failures.push(format!("{where_}: unexpected error {e:?}")),
                     }
                 } else {
-                    let states = get(body, "states").as_array().unwrap_or_else(|| panic!("{where_}: states"));
-                    let results = get(resp, "results").as_array().unwrap_or_else(|| panic!("{where_}: results"));
+                    let states = get(body, "states")
+                        .as_array()
+                        .unwrap_or_else(|| panic!("{where_}: states"));
+                    let results = get(resp, "results")
+                        .as_array()
+                        .unwrap_or_else(|| panic!("{where_}: results"));
                     assert_eq!(states.len(), results.len(), "{where_}");
                     let mut from = 0usize;
                     for (i, (state, result)) in states.iter().zip(results).enumerate() {
-                        let want = dumps(get(obj(result), "routing"), Style::Compact).expect("finite");
+                        let want =
+                            dumps(get(obj(result), "routing"), Style::Compact).expect("finite");
                         match route_body(body, state, &cfg) {
                             Ok(r) => {
                                 let got = r.to_json();
@@ -136,10 +164,14 @@ fn routing_matches_upstream_references() {
                                         from += at + needle.len();
                                         tally.batch_states += 1;
                                     }
-                                    _ => failures.push(format!("{where_} state {i}:\n  want {want}\n  got  {got}")),
+                                    _ => failures.push(format!(
+                                        "{where_} state {i}:\n  want {want}\n  got  {got}"
+                                    )),
                                 }
                             }
-                            Err(e) => failures.push(format!("{where_} state {i}: unexpected error {e:?}")),
+                            Err(e) => {
+                                failures.push(format!("{where_} state {i}: unexpected error {e:?}"))
+                            }
                         }
                     }
                 }
@@ -147,7 +179,18 @@ fn routing_matches_upstream_references() {
         }
     }
     eprintln!("routing references matched: {tally:?}");
-    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
-    assert!(tally.single > 200 && tally.batch_states > 0, "too few references read: {tally:?}");
-    assert_eq!(tally.errors, 4, "expected the x25/x31 unknown-model 422s of both checkpoints");
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        tally.single > 200 && tally.batch_states > 0,
+        "too few references read: {tally:?}"
+    );
+    assert_eq!(
+        tally.errors, 4,
+        "expected the x25/x31 unknown-model 422s of both checkpoints"
+    );
 }

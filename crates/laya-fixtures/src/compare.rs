@@ -35,7 +35,9 @@ fn tokens(text: &str) -> Vec<Token<'_>> {
         } else if c == b'-' || c.is_ascii_digit() {
             let start = i;
             i += 1;
-            while i < b.len() && (b[i].is_ascii_digit() || matches!(b[i], b'.' | b'e' | b'E' | b'+' | b'-')) {
+            while i < b.len()
+                && (b[i].is_ascii_digit() || matches!(b[i], b'.' | b'e' | b'E' | b'+' | b'-'))
+            {
                 i += 1;
             }
             let s = &text[start..i];
@@ -64,10 +66,17 @@ fn boundary_distance(x: f64) -> f64 {
 /// token for token, except a number one unit off in the 4th decimal whose unrounded upstream
 /// value (the same position in `unrounded`, a rendering of the unrounded answers) lies within
 /// `boundary` of a rounding boundary. Returns the accepted differences.
-pub fn check_f32(mine: &str, upstream: &str, unrounded: &str, boundary: f64) -> Result<Vec<NumberDiff>, String> {
+pub fn check_f32(
+    mine: &str,
+    upstream: &str,
+    unrounded: &str,
+    boundary: f64,
+) -> Result<Vec<NumberDiff>, String> {
     let (a, b, u) = (tokens(mine), tokens(upstream), tokens(unrounded));
     if a.len() != b.len() || b.len() != u.len() {
-        return Err(format!("structure differs:\n mine     {mine}\n upstream {upstream}"));
+        return Err(format!(
+            "structure differs:\n mine     {mine}\n upstream {upstream}"
+        ));
     }
     let mut diffs = Vec::new();
     // `x_jev_confidence` is computed from the *rounded* probabilities, so a probability that
@@ -83,10 +92,21 @@ pub fn check_f32(mine: &str, upstream: &str, unrounded: &str, boundary: f64) -> 
                 }
                 let one_unit = ((m - p).abs() - 1e-4).abs() < 1e-9;
                 if one_unit && boundary_distance(*raw) <= boundary {
-                    diffs.push(NumberDiff { mine: *m, upstream: *p, unrounded: *raw });
+                    diffs.push(NumberDiff {
+                        mine: *m,
+                        upstream: *p,
+                        unrounded: *raw,
+                    });
                     boundary_in_answer = true;
-                } else if last_key == "\"x_jev_confidence\"" && boundary_in_answer && (m - p).abs() <= 5e-4 + 1e-9 {
-                    diffs.push(NumberDiff { mine: *m, upstream: *p, unrounded: *raw });
+                } else if last_key == "\"x_jev_confidence\""
+                    && boundary_in_answer
+                    && (m - p).abs() <= 5e-4 + 1e-9
+                {
+                    diffs.push(NumberDiff {
+                        mine: *m,
+                        upstream: *p,
+                        unrounded: *raw,
+                    });
                 } else {
                     return Err(format!(
                         "{ms} != upstream {ps} (unrounded {raw}, {:.2e} from a boundary):\n mine     {mine}\n upstream {upstream}",
@@ -102,7 +122,11 @@ pub fn check_f32(mine: &str, upstream: &str, unrounded: &str, boundary: f64) -> 
                     }
                 }
             }
-            _ => return Err(format!("text differs:\n mine     {mine}\n upstream {upstream}")),
+            _ => {
+                return Err(format!(
+                    "text differs:\n mine     {mine}\n upstream {upstream}"
+                ))
+            }
         }
     }
     Ok(diffs)
@@ -124,7 +148,9 @@ impl F16Stats {
     pub fn p99(&self) -> f64 {
         let mut e = self.errors.clone();
         e.sort_by(f64::total_cmp);
-        e.get((e.len().saturating_sub(1) as f64 * 0.99).round() as usize).copied().unwrap_or(0.0)
+        e.get((e.len().saturating_sub(1) as f64 * 0.99).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
     }
 
     pub fn summary(&self) -> String {
@@ -161,14 +187,20 @@ pub fn check_f16(mine: &Answer, upstream: &Answer, stats: &mut F16Stats) -> Resu
     let (pm, am) = probabilities(mine);
     let (pu, au) = probabilities(upstream);
     if pm.len() != pu.len() {
-        return Err(format!("{} probabilities, upstream has {}", pm.len(), pu.len()));
+        return Err(format!(
+            "{} probabilities, upstream has {}",
+            pm.len(),
+            pu.len()
+        ));
     }
     stats.answers += 1;
     for (m, u) in pm.iter().zip(&pu) {
         let e = (m - u).abs();
         stats.errors.push(e);
         if e > 1e-2 {
-            return Err(format!("probability {m} vs upstream {u} (error {e:.4} > 1e-2)"));
+            return Err(format!(
+                "probability {m} vs upstream {u} (error {e:.4} > 1e-2)"
+            ));
         }
     }
     if am != au {
@@ -178,7 +210,9 @@ pub fn check_f16(mine: &Answer, upstream: &Answer, stats: &mut F16Stats) -> Resu
         if gap <= 0.02 {
             stats.near_tie_flips += 1;
         } else {
-            return Err(format!("argmax {am} vs upstream {au} with a gap of {gap:.4}"));
+            return Err(format!(
+                "argmax {am} vs upstream {au} with a gap of {gap:.4}"
+            ));
         }
     }
     Ok(())

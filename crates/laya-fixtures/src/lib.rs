@@ -11,7 +11,8 @@ mod references;
 mod unrounded;
 
 pub use compare::{check_f16, check_f32, F16Stats, NumberDiff};
-pub use unrounded::{open_text, unrounded_body, upstream_results};
 pub use references::{
-    fixtures_dir, read_jsonl, references, DecisionCall, RefRow, Reference, Replay, CHECKPOINTS, WORKLOADS,
+    fixtures_dir, read_jsonl, references, DecisionCall, RefRow, Reference, Replay, CHECKPOINTS,
+    WORKLOADS,
 };
+pub use unrounded::{open_text, unrounded_body, upstream_results};

@@ -31,7 +31,8 @@ pub fn fixtures_dir() -> PathBuf {
 
 /// Every line of a JSONL file, parsed with Python's rules.
 pub fn read_jsonl(path: &std::path::Path) -> Vec<Value> {
-    let text = std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let text =
+        std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text.split(|&b| b == b'\n')
         .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
         .enumerate()
@@ -83,7 +84,10 @@ fn as_str(v: Option<&Value>) -> String {
 
 fn as_usize(v: &Value) -> usize {
     match v {
-        Value::Int(i) => i.as_i64().and_then(|x| usize::try_from(x).ok()).expect("a small non-negative int"),
+        Value::Int(i) => i
+            .as_i64()
+            .and_then(|x| usize::try_from(x).ok())
+            .expect("a small non-negative int"),
         other => panic!("expected an int, got {other:?}"),
     }
 }
@@ -105,7 +109,10 @@ fn list(v: Option<&Value>) -> &[Value] {
 
 fn pairs(v: Option<&Value>) -> Vec<(String, String)> {
     match v {
-        Some(Value::Object(o)) => o.iter().map(|(k, v)| (k.to_owned(), as_str(Some(v)))).collect(),
+        Some(Value::Object(o)) => o
+            .iter()
+            .map(|(k, v)| (k.to_owned(), as_str(Some(v))))
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -121,8 +128,12 @@ fn qtype(v: &Value) -> QType {
 
 impl Reference {
     fn from_value(v: &Value) -> Reference {
-        let Value::Object(o) = v else { panic!("a reference line must be an object") };
-        let Some(Value::Object(req)) = get(o, "request") else { panic!("reference without request") };
+        let Value::Object(o) = v else {
+            panic!("a reference line must be an object")
+        };
+        let Some(Value::Object(req)) = get(o, "request") else {
+            panic!("reference without request")
+        };
         let request_body = match (get(req, "raw_body"), get(req, "body")) {
             (Some(Value::Str(raw)), _) => Some(raw.as_bytes().to_vec()),
             (_, Some(Value::Null)) | (_, None) => None,
@@ -135,12 +146,17 @@ impl Reference {
                     list(Some(pass))
                         .iter()
                         .map(|r| {
-                            let Value::Object(r) = r else { panic!("a row must be an object") };
+                            let Value::Object(r) = r else {
+                                panic!("a row must be an object")
+                            };
                             RefRow {
                                 state: get(r, "state").map(as_usize),
                                 qid: as_str(get(r, "qid")),
                                 row: Row {
-                                    ids: list(get(r, "input_ids")).iter().map(|x| as_usize(x) as u32).collect(),
+                                    ids: list(get(r, "input_ids"))
+                                        .iter()
+                                        .map(|x| as_usize(x) as u32)
+                                        .collect(),
                                     markers: list(get(r, "markers")).iter().map(as_usize).collect(),
                                     qtype: qtype(get(r, "qtype").expect("qtype")),
                                 },
@@ -168,7 +184,10 @@ impl Reference {
 
     /// The parsed request body (Python `json.loads` rules), if any.
     pub fn request_value(&self) -> Option<Value> {
-        self.request_body.as_ref().and_then(|b| pyjson::loads(b).ok()).map(|p| p.value)
+        self.request_body
+            .as_ref()
+            .and_then(|b| pyjson::loads(b).ok())
+            .map(|p| p.value)
     }
 
     /// The decision call a 200 answer of a decision route made, read from the request the
@@ -178,14 +197,18 @@ impl Reference {
         if self.status != 200 || !self.path.starts_with("/v1/systemone") {
             return None;
         }
-        let Some(Value::Object(body)) = self.request_value() else { return None };
+        let Some(Value::Object(body)) = self.request_value() else {
+            return None;
+        };
         let batch = self.path == "/v1/systemone/batch";
         let states = if batch {
             list(get(&body, "states")).to_vec()
         } else {
             vec![get(&body, "state").cloned().expect("state")]
         };
-        let Some(Value::Object(questions)) = get(&body, "questions").cloned() else { return None };
+        let Some(Value::Object(questions)) = get(&body, "questions").cloned() else {
+            return None;
+        };
         let int = |key: &str| match get(&body, key) {
             Some(Value::Int(i)) => i.as_i64().map(|x| x as usize),
             _ => None,
@@ -193,7 +216,9 @@ impl Reference {
         let min_confidence = match get(&body, "min_confidence") {
             None | Some(Value::Null) => None,
             Some(Value::Object(map)) => Some(MinConfidence::Buckets(
-                map.iter().map(|(k, v)| (k.to_owned(), v.as_number_f64().expect("a number"))).collect(),
+                map.iter()
+                    .map(|(k, v)| (k.to_owned(), v.as_number_f64().expect("a number")))
+                    .collect(),
             )),
             Some(v) => Some(MinConfidence::Scalar(v.as_number_f64().expect("a number"))),
         };
@@ -202,7 +227,11 @@ impl Reference {
             states,
             questions,
             min_confidence,
-            opts: BatchOptions { max_len: int("max_len"), head_max_len: int("head_max_len"), batch_size: int("batch_size") },
+            opts: BatchOptions {
+                max_len: int("max_len"),
+                head_max_len: int("head_max_len"),
+                batch_size: int("batch_size"),
+            },
         })
     }
 }
@@ -219,8 +248,14 @@ pub struct DecisionCall {
 
 /// Every reference line of one workload of one checkpoint.
 pub fn references(checkpoint: &str, workload: &str) -> Vec<Reference> {
-    let path = fixtures_dir().join("references").join(checkpoint).join(format!("{workload}.jsonl"));
-    read_jsonl(&path).iter().map(Reference::from_value).collect()
+    let path = fixtures_dir()
+        .join("references")
+        .join(checkpoint)
+        .join(format!("{workload}.jsonl"));
+    read_jsonl(&path)
+        .iter()
+        .map(Reference::from_value)
+        .collect()
 }
 
 /// A [`Forward`] that answers each row with upstream's recorded logits, so layout and
@@ -236,14 +271,24 @@ impl Replay {
     pub fn new(passes: &[Vec<RefRow>]) -> Replay {
         let mut rows: HashMap<_, Vec<RowLogits>> = HashMap::new();
         for r in passes.iter().flatten() {
-            rows.entry((r.row.ids.clone(), r.row.markers.clone(), r.row.qtype.index()))
-                .or_default()
-                .push(RowLogits { logits: r.logits.clone(), act_logits: r.act_logits.clone() });
+            rows.entry((
+                r.row.ids.clone(),
+                r.row.markers.clone(),
+                r.row.qtype.index(),
+            ))
+            .or_default()
+            .push(RowLogits {
+                logits: r.logits.clone(),
+                act_logits: r.act_logits.clone(),
+            });
         }
         for v in rows.values_mut() {
             v.reverse();
         }
-        Replay { rows, unknown: Vec::new() }
+        Replay {
+            rows,
+            unknown: Vec::new(),
+        }
     }
 }
 
@@ -256,7 +301,10 @@ impl Forward for Replay {
                     Some(out) => Ok(out),
                     None => {
                         self.unknown.push(r.clone());
-                        Err(EngineError::new(format!("row not in the reference ({} tokens)", r.ids.len())))
+                        Err(EngineError::new(format!(
+                            "row not in the reference ({} tokens)",
+                            r.ids.len()
+                        )))
                     }
                 }
             })

@@ -17,7 +17,9 @@ pub fn upstream_results(body: &str) -> Vec<&str> {
     let mut rest = body;
     while let Some(start) = rest.find("{\"model\":\"laya-rl-agent\"") {
         let tail = &rest[start..];
-        let Some(end) = tail.find(",\"routing\":") else { break };
+        let Some(end) = tail.find(",\"routing\":") else {
+            break;
+        };
         out.push(&tail[..end]);
         rest = &tail[end..];
     }
@@ -42,7 +44,9 @@ pub fn unrounded_body(engine: &mut Engine<Replay>, reference: &Reference) -> Opt
     }
     let questions = parse_questions(&call.questions).ok()?;
     engine.forward = Replay::new(&reference.passes);
-    let mut results = engine.predict_batch(&call.states, &questions, &call.opts).ok()?;
+    let mut results = engine
+        .predict_batch(&call.states, &questions, &call.opts)
+        .ok()?;
     if let Some(min) = &call.min_confidence {
         confidence::apply_gate(&mut results, min);
     }
@@ -51,9 +55,18 @@ pub fn unrounded_body(engine: &mut Engine<Replay>, reference: &Reference) -> Opt
     let mut body = reference.body.clone();
     for (s, r) in results.iter_mut().enumerate() {
         for (q, (_, a)) in questions.iter().zip(r.answers.iter_mut()) {
-            let row = rows.iter().find(|x| x.qid == q.id && x.state.unwrap_or(0) == s)?;
+            let row = rows
+                .iter()
+                .find(|x| x.qid == q.id && x.state.unwrap_or(0) == s)?;
             let (gate, jev) = (a.gate, a.x_jev_confidence);
-            *a = decode::decode_unrounded(q, &RowLogits { logits: row.logits.clone(), act_logits: row.act_logits.clone() }, &engine.agent);
+            *a = decode::decode_unrounded(
+                q,
+                &RowLogits {
+                    logits: row.logits.clone(),
+                    act_logits: row.act_logits.clone(),
+                },
+                &engine.agent,
+            );
             a.gate = gate;
             a.x_jev_confidence = jev;
         }

@@ -2,13 +2,14 @@
 //! must lay out to upstream's exact token rows, and decoding upstream's own raw logits must
 //! give upstream's answer and usage text.
 
-use laya_core::{confidence, decode};
 use laya_core::engine::RowLogits;
 use laya_core::engine_api::Engine;
 use laya_core::question::parse_questions;
-use laya_fixtures::{check_f32, fixtures_dir, open_text, references, upstream_results, Replay, CHECKPOINTS, WORKLOADS};
-
-
+use laya_core::{confidence, decode};
+use laya_fixtures::{
+    check_f32, fixtures_dir, open_text, references, upstream_results, Replay, CHECKPOINTS,
+    WORKLOADS,
+};
 
 #[test]
 fn layout_and_decoding_match_upstream() {
@@ -21,9 +22,12 @@ fn layout_and_decoding_match_upstream() {
         let mut engine = Engine::load(&dir, Replay::default()).expect("checkpoint loads");
         for workload in WORKLOADS {
             for reference in references(ckpt, workload) {
-                let Some(call) = reference.decision_call() else { continue };
+                let Some(call) = reference.decision_call() else {
+                    continue;
+                };
                 let ctx = format!("{ckpt}/{workload} {}", reference.id);
-                let questions = parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let questions =
+                    parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 if reference.passes.is_empty() && !questions.is_empty() {
                     // Raw-body requests (duplicate keys, NaN): upstream recorded no rows, so
                     // only the engine's end-to-end test can check them.
@@ -32,27 +36,40 @@ fn layout_and_decoding_match_upstream() {
                 }
 
                 // Layout: exactly upstream's rows.
-                let layout = engine.layout(&call.states, &questions, &call.opts).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let layout = engine
+                    .layout(&call.states, &questions, &call.opts)
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 let ref_rows: Vec<_> = reference.passes.iter().flatten().collect();
                 if !questions.is_empty() {
-                    assert_eq!(layout.iter().map(Vec::len).sum::<usize>(), ref_rows.len(), "{ctx}: row count");
+                    assert_eq!(
+                        layout.iter().map(Vec::len).sum::<usize>(),
+                        ref_rows.len(),
+                        "{ctx}: row count"
+                    );
                 }
                 for (s, rows) in layout.iter().enumerate() {
                     for (q, mine) in questions.iter().zip(rows) {
                         let up = ref_rows
                             .iter()
                             .find(|r| r.qid == q.id && r.state.unwrap_or(0) == s)
-                            .unwrap_or_else(|| panic!("{ctx}: no upstream row for state {s} question {}", q.id));
+                            .unwrap_or_else(|| {
+                                panic!("{ctx}: no upstream row for state {s} question {}", q.id)
+                            });
                         assert_eq!(mine.row.ids, up.row.ids, "{ctx}: token ids of {}", q.id);
-                        assert_eq!(mine.row.markers, up.row.markers, "{ctx}: markers of {}", q.id);
+                        assert_eq!(
+                            mine.row.markers, up.row.markers,
+                            "{ctx}: markers of {}",
+                            q.id
+                        );
                         assert_eq!(mine.row.qtype, up.row.qtype, "{ctx}: qtype of {}", q.id);
                     }
                 }
 
                 // Decoding upstream's logits: upstream's text, up to rounding-boundary cases.
                 engine.forward = Replay::new(&reference.passes);
-                let mut results =
-                    engine.predict_batch(&call.states, &questions, &call.opts).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let mut results = engine
+                    .predict_batch(&call.states, &questions, &call.opts)
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 if let Some(min) = &call.min_confidence {
                     confidence::apply_gate(&mut results, min);
                 }
@@ -62,8 +79,14 @@ fn layout_and_decoding_match_upstream() {
                 for (s, (mine, up_text)) in results.iter().zip(&upstream).enumerate() {
                     let mut unrounded = mine.clone();
                     for (q, (_, a)) in questions.iter().zip(unrounded.answers.iter_mut()) {
-                        let r = ref_rows.iter().find(|r| r.qid == q.id && r.state.unwrap_or(0) == s).unwrap();
-                        let out = RowLogits { logits: r.logits.clone(), act_logits: r.act_logits.clone() };
+                        let r = ref_rows
+                            .iter()
+                            .find(|r| r.qid == q.id && r.state.unwrap_or(0) == s)
+                            .unwrap();
+                        let out = RowLogits {
+                            logits: r.logits.clone(),
+                            act_logits: r.act_logits.clone(),
+                        };
                         let gate = a.gate;
                         let jev = a.x_jev_confidence;
                         *a = decode::decode_unrounded(q, &out, &engine.agent);

@@ -20,24 +20,54 @@ fn long_scan_matches_upstream() {
     let fixtures = fixtures_dir();
     let mut checked = 0;
     for ckpt in CHECKPOINTS {
-        let engine = Engine::load(&fixtures.join("checkpoints").join(ckpt), Replay::default()).expect("loads");
-        for case in read_jsonl(&fixtures.join("references").join(ckpt).join("long-windows.jsonl")) {
-            let Value::Object(case) = case else { panic!("case must be an object") };
+        let engine = Engine::load(&fixtures.join("checkpoints").join(ckpt), Replay::default())
+            .expect("loads");
+        for case in read_jsonl(
+            &fixtures
+                .join("references")
+                .join(ckpt)
+                .join("long-windows.jsonl"),
+        ) {
+            let Value::Object(case) = case else {
+                panic!("case must be an object")
+            };
             let id = format!("{ckpt} {:?}", case.get("id"));
-            let Some(Value::Object(call)) = case.get("call") else { panic!("{id}: no call") };
-            let Some(Value::Object(questions)) = call.get("questions") else { panic!("{id}: no questions") };
+            let Some(Value::Object(call)) = case.get("call") else {
+                panic!("{id}: no call")
+            };
+            let Some(Value::Object(questions)) = call.get("questions") else {
+                panic!("{id}: no questions")
+            };
             let questions = parse_questions(questions).expect("valid questions");
-            let opts = LongOptions { window: int(call, "window"), stride: int(call, "stride"), batch_size: int(call, "batch_size") };
+            let opts = LongOptions {
+                window: int(call, "window"),
+                stride: int(call, "stride"),
+                batch_size: int(call, "batch_size"),
+            };
             let state = call.get("state").expect("state");
             let scan = engine.long_scan(state, &questions, &opts);
             if let Some(Value::Object(err)) = case.get("error") {
-                let Some(Value::Str(message)) = err.get("message") else { panic!("{id}: error without message") };
-                assert_eq!(scan.expect_err("upstream refused this call").to_string(), *message, "{id}");
+                let Some(Value::Str(message)) = err.get("message") else {
+                    panic!("{id}: error without message")
+                };
+                assert_eq!(
+                    scan.expect_err("upstream refused this call").to_string(),
+                    *message,
+                    "{id}"
+                );
             } else {
                 let scan = scan.unwrap_or_else(|e| panic!("{id}: {e}"));
-                let Some(Value::Int(tokens)) = case.get("state_tokens") else { panic!("{id}: no state_tokens") };
-                assert_eq!(Some(scan.state_tokens as i64), tokens.as_i64(), "{id}: state tokens");
-                let Some(Value::Array(windows)) = case.get("windows") else { panic!("{id}: no windows") };
+                let Some(Value::Int(tokens)) = case.get("state_tokens") else {
+                    panic!("{id}: no state_tokens")
+                };
+                assert_eq!(
+                    Some(scan.state_tokens as i64),
+                    tokens.as_i64(),
+                    "{id}: state tokens"
+                );
+                let Some(Value::Array(windows)) = case.get("windows") else {
+                    panic!("{id}: no windows")
+                };
                 let upstream: Vec<&str> = windows
                     .iter()
                     .map(|w| match w {
@@ -46,7 +76,10 @@ fn long_scan_matches_upstream() {
                     })
                     .collect();
                 let single = upstream.len() <= 1 && scan.windows.is_empty();
-                assert!(single || scan.windows == upstream, "{id}: window texts differ");
+                assert!(
+                    single || scan.windows == upstream,
+                    "{id}: window texts differ"
+                );
             }
             checked += 1;
         }

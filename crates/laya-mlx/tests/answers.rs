@@ -15,8 +15,8 @@ use laya_core::pyjson::{self, Style, Value};
 use laya_core::question::{parse_questions, Question};
 use laya_core::render;
 use laya_fixtures::{
-    check_f16, check_f32, fixtures_dir, open_text, read_jsonl, references, upstream_results, F16Stats, CHECKPOINTS,
-    WORKLOADS,
+    check_f16, check_f32, fixtures_dir, open_text, read_jsonl, references, upstream_results,
+    F16Stats, CHECKPOINTS, WORKLOADS,
 };
 use laya_mlx::{EngineSettings, MlxEngine, Precision};
 
@@ -29,12 +29,13 @@ const BOUNDARY: f64 = 1e-5;
 
 fn engine(ckpt: &str, precision: Precision) -> Engine<MlxEngine> {
     let dir = fixtures_dir().join("checkpoints").join(ckpt);
-    let settings = EngineSettings { precision: Some(precision), ..EngineSettings::default() };
+    let settings = EngineSettings {
+        precision: Some(precision),
+        ..EngineSettings::default()
+    };
     let forward = MlxEngine::load(&dir, &settings).expect("engine loads");
     Engine::load(&dir, forward).expect("tokenizer and configs load")
 }
-
-
 
 /// The same answers, unrounded, from the given logits per (state, question).
 fn unrounded(
@@ -64,11 +65,15 @@ fn f32_answers_match_upstream_text() {
         let mut engine = engine(ckpt, Precision::F32);
         for workload in WORKLOADS {
             for reference in references(ckpt, workload) {
-                let Some(call) = reference.decision_call() else { continue };
+                let Some(call) = reference.decision_call() else {
+                    continue;
+                };
                 let ctx = format!("{ckpt}/{workload} {}", reference.id);
-                let questions = parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                let mut results =
-                    engine.predict_batch(&call.states, &questions, &call.opts).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let questions =
+                    parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let mut results = engine
+                    .predict_batch(&call.states, &questions, &call.opts)
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 if let Some(min) = &call.min_confidence {
                     confidence::apply_gate(&mut results, min);
                 }
@@ -85,13 +90,20 @@ fn f32_answers_match_upstream_text() {
                         let logits = |qi: usize| {
                             rows.iter()
                                 .find(|r| r.qid == questions[qi].id && r.state.unwrap_or(0) == s)
-                                .map(|r| RowLogits { logits: r.logits.clone(), act_logits: r.act_logits.clone() })
+                                .map(|r| RowLogits {
+                                    logits: r.logits.clone(),
+                                    act_logits: r.act_logits.clone(),
+                                })
                         };
                         unrounded(mine, &questions, logits, &engine)
                     };
-                    let diffs = check_f32(&open_text(mine), up, &open_text(&raw), BOUNDARY).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    let diffs = check_f32(&open_text(mine), up, &open_text(&raw), BOUNDARY)
+                        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                     for d in &diffs {
-                        println!("{ctx}: {} vs upstream {} (upstream unrounded {})", d.mine, d.upstream, d.unrounded);
+                        println!(
+                            "{ctx}: {} vs upstream {} (upstream unrounded {})",
+                            d.mine, d.upstream, d.unrounded
+                        );
                     }
                     boundary += diffs.len();
                 }
@@ -111,7 +123,9 @@ fn own_unrounded(
     opts: &laya_core::engine_api::BatchOptions,
     mine: &StateResult,
 ) -> StateResult {
-    let rows = engine.layout(std::slice::from_ref(state), questions, opts).expect("layout");
+    let rows = engine
+        .layout(std::slice::from_ref(state), questions, opts)
+        .expect("layout");
     let batch: Vec<_> = rows[0].iter().map(|e| e.row.clone()).collect();
     let outs = engine.forward.run(&batch).expect("forward");
     unrounded(mine, questions, |qi| outs.get(qi).cloned(), engine)
@@ -125,31 +139,49 @@ fn f16_answers_within_tolerance() {
         let mut without_rows = 0;
         for workload in WORKLOADS {
             for reference in references(ckpt, workload) {
-                let Some(call) = reference.decision_call() else { continue };
+                let Some(call) = reference.decision_call() else {
+                    continue;
+                };
                 let ctx = format!("{ckpt}/{workload} {}", reference.id);
-                let questions = parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let questions =
+                    parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 if reference.passes.is_empty() {
                     without_rows += usize::from(!questions.is_empty());
                     continue;
                 }
-                let results =
-                    engine.predict_batch(&call.states, &questions, &call.opts).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let results = engine
+                    .predict_batch(&call.states, &questions, &call.opts)
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 let rows: Vec<_> = reference.passes.iter().flatten().collect();
                 for (s, mine) in results.iter().enumerate() {
                     for (q, (_, answer)) in questions.iter().zip(&mine.answers) {
-                        let r = rows.iter().find(|r| r.qid == q.id && r.state.unwrap_or(0) == s).expect("upstream row");
+                        let r = rows
+                            .iter()
+                            .find(|r| r.qid == q.id && r.state.unwrap_or(0) == s)
+                            .expect("upstream row");
                         let up: Answer = decode::decode_unrounded(
                             q,
-                            &RowLogits { logits: r.logits.clone(), act_logits: r.act_logits.clone() },
+                            &RowLogits {
+                                logits: r.logits.clone(),
+                                act_logits: r.act_logits.clone(),
+                            },
                             &engine.agent,
                         );
-                        check_f16(answer, &up, &mut stats).unwrap_or_else(|e| panic!("{ctx} {}: {e}", q.id));
+                        check_f16(answer, &up, &mut stats)
+                            .unwrap_or_else(|e| panic!("{ctx} {}: {e}", q.id));
                     }
                 }
             }
         }
-        println!("f16 {ckpt}: {} ({without_rows} raw-body requests without upstream rows not compared)", stats.summary());
-        assert!(stats.answers > 300, "{ckpt}: only {} answers compared", stats.answers);
+        println!(
+            "f16 {ckpt}: {} ({without_rows} raw-body requests without upstream rows not compared)",
+            stats.summary()
+        );
+        assert!(
+            stats.answers > 300,
+            "{ckpt}: only {} answers compared",
+            stats.answers
+        );
     }
 }
 
@@ -159,31 +191,55 @@ fn long_windows_match_upstream() {
     let mut checked = 0;
     for ckpt in CHECKPOINTS {
         let mut engine = engine(ckpt, Precision::F32);
-        for case in read_jsonl(&fixtures.join("references").join(ckpt).join("long-windows.jsonl")) {
-            let Value::Object(case) = case else { panic!("case must be an object") };
-            let Some(Value::Object(expected)) = case.get("result") else { continue };
+        for case in read_jsonl(
+            &fixtures
+                .join("references")
+                .join(ckpt)
+                .join("long-windows.jsonl"),
+        ) {
+            let Value::Object(case) = case else {
+                panic!("case must be an object")
+            };
+            let Some(Value::Object(expected)) = case.get("result") else {
+                continue;
+            };
             let id = format!("{ckpt} {:?}", case.get("id"));
-            let Some(Value::Object(call)) = case.get("call") else { panic!("{id}: no call") };
-            let Some(Value::Object(questions)) = call.get("questions") else { panic!("{id}: no questions") };
+            let Some(Value::Object(call)) = case.get("call") else {
+                panic!("{id}: no call")
+            };
+            let Some(Value::Object(questions)) = call.get("questions") else {
+                panic!("{id}: no questions")
+            };
             let questions = parse_questions(questions).expect("valid questions");
             let int = |key: &str| match call.get(key) {
                 Some(Value::Int(i)) => i.as_i64().map(|x| x as usize),
                 _ => None,
             };
-            let opts = LongOptions { window: int("window"), stride: int("stride"), batch_size: int("batch_size") };
+            let opts = LongOptions {
+                window: int("window"),
+                stride: int("stride"),
+                batch_size: int("batch_size"),
+            };
             let state = call.get("state").expect("state");
-            let mine = engine.predict_long(state, &questions, &opts).unwrap_or_else(|e| panic!("{id}: {e}"));
-            let upstream = pyjson::dumps(&Value::Object(expected.clone()), Style::Compact).expect("finite");
+            let mine = engine
+                .predict_long(state, &questions, &opts)
+                .unwrap_or_else(|e| panic!("{id}: {e}"));
+            let upstream =
+                pyjson::dumps(&Value::Object(expected.clone()), Style::Compact).expect("finite");
             // Upstream recorded no logits for the windows: the boundary check uses our own
             // unrounded answers of the deciding windows, recomputed from the same scan.
             let raw = long_unrounded(&mut engine, state, &questions, &opts, &mine);
             let mine_text = render::result_json(&mine).expect("finite");
             let raw_text = render::result_json(&raw).expect("finite");
-            check_f32(&mine_text, &upstream, &raw_text, BOUNDARY).unwrap_or_else(|e| panic!("{id}: {e}"));
+            check_f32(&mine_text, &upstream, &raw_text, BOUNDARY)
+                .unwrap_or_else(|e| panic!("{id}: {e}"));
             checked += 1;
         }
     }
-    assert_eq!(checked, 18, "every long-window case with a result is checked");
+    assert_eq!(
+        checked, 18,
+        "every long-window case with a result is checked"
+    );
 }
 
 fn long_unrounded(
@@ -203,9 +259,16 @@ fn long_unrounded(
     for (qi, (q, (_, a))) in questions.iter().zip(out.answers.iter_mut()).enumerate() {
         let index = a.window.map(|w| w.index).unwrap_or(0);
         let rows = engine
-            .layout(std::slice::from_ref(&states[index]), questions, &Default::default())
+            .layout(
+                std::slice::from_ref(&states[index]),
+                questions,
+                &Default::default(),
+            )
             .expect("layout");
-        let outs = engine.forward.run(&[rows[0][qi].row.clone()]).expect("forward");
+        let outs = engine
+            .forward
+            .run(&[rows[0][qi].row.clone()])
+            .expect("forward");
         let window = a.window;
         *a = decode::decode_unrounded(q, &outs[0], &engine.agent);
         a.window = window;

@@ -33,7 +33,9 @@ pub use float::{float_repr, round4, round_ndigits, write_float, RoundOverflowErr
 pub use parse::{
     loads, loads_with_max_depth, JsonError, Parsed, DEFAULT_MAX_DEPTH, MAX_INT_DIGITS,
 };
-pub use render::{dumps, dumps_into, dumps_spaced, write_json_float, write_str, NonFiniteError, Style};
+pub use render::{
+    dumps, dumps_into, dumps_spaced, write_json_float, write_str, NonFiniteError, Style,
+};
 pub use repr::{is_printable, py_repr, py_str, repr_str, write_py_repr, write_repr_str};
 pub use value::{py_equal, py_same_or_equal, Int, Iter, Object, Value};
 

@@ -11,11 +11,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 use super::text::{
-    blank_identifiers, blank_upper_runs, count_alpha, is_combining, is_joined, is_letter,
-    is_lower, is_upper, letter_runs, looks_like_code, prefix, py_len, py_lower, py_split, py_strip,
+    blank_identifiers, blank_upper_runs, count_alpha, is_combining, is_joined, is_letter, is_lower,
+    is_upper, letter_runs, looks_like_code, prefix, py_len, py_lower, py_split, py_strip,
     str_is_upper, words,
 };
-use super::words::{EN_COLLISION_CANDIDATES, NON_EN_DIACRITICS, NORDIC_OVERLAP, SCRIPT_RANGES, SHORT_SWEDISH, STOP};
+use super::words::{
+    EN_COLLISION_CANDIDATES, NON_EN_DIACRITICS, NORDIC_OVERLAP, SCRIPT_RANGES, SHORT_SWEDISH, STOP,
+};
 use crate::pyjson::{round4, Value};
 
 /// A diacritic rate at or above this reads as non-English even without a stop-word verdict.
@@ -84,10 +86,18 @@ fn lexicon() -> &'static Lexicon {
             }
         }
         let nordic: HashSet<&'static str> = NORDIC_OVERLAP.iter().copied().collect();
-        let mut shared: HashSet<&'static str> =
-            langs_of.iter().filter(|(_, m)| m.count_ones() > 1).map(|(w, _)| *w).collect();
+        let mut shared: HashSet<&'static str> = langs_of
+            .iter()
+            .filter(|(_, m)| m.count_ones() > 1)
+            .map(|(w, _)| *w)
+            .collect();
         shared.extend(nordic.iter().copied());
-        let en_only = STOP[EN].1.iter().copied().filter(|w| !shared.contains(w)).collect();
+        let en_only = STOP[EN]
+            .1
+            .iter()
+            .copied()
+            .filter(|w| !shared.contains(w))
+            .collect();
         let collision = EN_COLLISION_CANDIDATES
             .iter()
             .copied()
@@ -106,7 +116,10 @@ fn lexicon() -> &'static Lexicon {
 }
 
 fn in_list(lang: usize, word: &str) -> bool {
-    lexicon().langs_of.get(word).is_some_and(|m| m & (1 << lang) != 0)
+    lexicon()
+        .langs_of
+        .get(word)
+        .is_some_and(|m| m & (1 << lang) != 0)
 }
 
 fn lang_index(code: &str) -> Option<usize> {
@@ -177,7 +190,11 @@ fn script_counts(text: &str) -> ScriptCounts {
         }
         let cp = u32::from(c);
         // Latin: Basic + Latin-1 + Extended-A/B + IPA, Extended Additional, fullwidth A-Z a-z.
-        if cp < 0x02B0 || (0x1E00..=0x1EFF).contains(&cp) || (0xFF21..=0xFF3A).contains(&cp) || (0xFF41..=0xFF5A).contains(&cp) {
+        if cp < 0x02B0
+            || (0x1E00..=0x1EFF).contains(&cp)
+            || (0xFF21..=0xFF3A).contains(&cp)
+            || (0xFF41..=0xFF5A).contains(&cp)
+        {
             latin += 1;
             continue;
         }
@@ -203,7 +220,11 @@ impl ScriptCounts {
         }
         let mut best = ("latin", 0usize);
         let mut first = true;
-        for &(name, k) in self.others.iter().chain(std::iter::once(&("latin", self.latin))) {
+        for &(name, k) in self
+            .others
+            .iter()
+            .chain(std::iter::once(&("latin", self.latin)))
+        {
             if first || k > best.1 {
                 best = (name, k);
                 first = false;
@@ -232,7 +253,11 @@ impl ScriptCounts {
 /// 0x0250, than [`script_counts`]' 0x02B0: IPA letters are unnamed here).
 fn script_of(c: char) -> Option<&'static str> {
     let cp = u32::from(c);
-    if cp < 0x0250 || (0x1E00..=0x1EFF).contains(&cp) || (0xFF21..=0xFF3A).contains(&cp) || (0xFF41..=0xFF5A).contains(&cp) {
+    if cp < 0x0250
+        || (0x1E00..=0x1EFF).contains(&cp)
+        || (0xFF21..=0xFF3A).contains(&cp)
+        || (0xFF41..=0xFF5A).contains(&cp)
+    {
         return None;
     }
     range_script(cp)
@@ -296,7 +321,11 @@ fn english_rescued(distinct: &HashSet<&str>, diac_rate: f64) -> bool {
     if distinct.iter().filter(|w| lex.en_only.contains(*w)).count() < 2 {
         return false;
     }
-    distinct.iter().filter(|w| w.chars().any(|c| lex.diacritics.contains(&c))).count() <= 1
+    distinct
+        .iter()
+        .filter(|w| w.chars().any(|c| lex.diacritics.contains(&c)))
+        .count()
+        <= 1
 }
 
 /// `latin_profile`: the stop-word/diacritic verdict on Latin-script text.
@@ -306,17 +335,30 @@ fn latin_profile(text: &str) -> LatinProfile {
     let lowered_words = py_lower(&blank_identifiers(text).replace('İ', "i"));
     let words: Vec<&str> = words(&lowered_words);
     let lowered = py_lower(text);
-    let diac = lowered.chars().filter(|c| lex.diacritics.contains(c)).count();
+    let diac = lowered
+        .chars()
+        .filter(|c| lex.diacritics.contains(c))
+        .count();
     let diac_rate = diac as f64 / py_len(&lowered).max(1) as f64;
     let non_english = diac_rate >= NON_EN_DIACRITIC_RATE;
     let distinct: HashSet<&str> = words.iter().copied().collect();
-    let nordic_overlap = distinct.iter().any(|w| lex.nordic.contains(w)) && !distinct.iter().any(|w| lex.en_only.contains(w));
+    let nordic_overlap = distinct.iter().any(|w| lex.nordic.contains(w))
+        && !distinct.iter().any(|w| lex.en_only.contains(w));
 
-    if words.len() > 1 && words.len() < 4 && distinct.iter().any(|w| lex.short_swedish.contains(w)) {
-        return LatinProfile { language: Some("sv"), diacritic_rate: diac_rate, looks_non_english: non_english };
+    if words.len() > 1 && words.len() < 4 && distinct.iter().any(|w| lex.short_swedish.contains(w))
+    {
+        return LatinProfile {
+            language: Some("sv"),
+            diacritic_rate: diac_rate,
+            looks_non_english: non_english,
+        };
     }
     if words.len() < 4 {
-        return LatinProfile { language: None, diacritic_rate: diac_rate, looks_non_english: non_english || nordic_overlap };
+        return LatinProfile {
+            language: None,
+            diacritic_rate: diac_rate,
+            looks_non_english: non_english || nordic_overlap,
+        };
     }
 
     let mut counts: HashMap<&str, usize> = HashMap::new();
@@ -325,7 +367,9 @@ fn latin_profile(text: &str) -> LatinProfile {
     }
     let mut scores = [0usize; STOP.len()];
     for (w, n) in &counts {
-        let Some(&mask) = lex.langs_of.get(w) else { continue };
+        let Some(&mask) = lex.langs_of.get(w) else {
+            continue;
+        };
         let hit = if lex.collision.contains(w) { 1 } else { *n };
         for (i, score) in scores.iter_mut().enumerate() {
             if mask & (1 << i) != 0 {
@@ -337,7 +381,9 @@ fn latin_profile(text: &str) -> LatinProfile {
     // Only a language with a word no other list claims may be named; the first highest wins.
     let mut best: Option<(usize, usize)> = None;
     for (i, &score) in scores.iter().enumerate().skip(1) {
-        let evidenced = distinct.iter().any(|w| in_list(i, w) && !lex.shared.contains(w));
+        let evidenced = distinct
+            .iter()
+            .any(|w| in_list(i, w) && !lex.shared.contains(w));
         if evidenced && best.is_none_or(|(_, b)| score > b) {
             best = Some((i, score));
         }
@@ -352,7 +398,9 @@ fn latin_profile(text: &str) -> LatinProfile {
     let swedish_phrase = best_lang == Some("sv")
         && distinct.contains("inte")
         && distinct.contains("kan")
-        && words.first().is_some_and(|w| matches!(*w, "kan" | "jag" | "vi"))
+        && words
+            .first()
+            .is_some_and(|w| matches!(*w, "kan" | "jag" | "vi"))
         && en <= 1;
     let diacritic_backed = non_english && best_score >= 2.max(en);
     let language = if best_lang.is_some() && (clear_margin || swedish_phrase || diacritic_backed) {
@@ -382,8 +430,13 @@ fn shouted_evidence(tokens: &[&str], lang: &str, diacritic_rate: f64) -> bool {
     if diacritic_rate >= NON_EN_DIACRITIC_RATE {
         return true;
     }
-    let Some(li) = lang_index(lang) else { return false };
-    tokens.iter().map(|t| py_lower(t)).any(|w| py_len(&w) >= SHOUTED_MIN_STOPWORD && in_list(li, &w))
+    let Some(li) = lang_index(lang) else {
+        return false;
+    };
+    tokens
+        .iter()
+        .map(|t| py_lower(t))
+        .any(|w| py_len(&w) >= SHOUTED_MIN_STOPWORD && in_list(li, &w))
 }
 
 /// `_named_prose_language`: the non-English language one line is written in, if it names one
@@ -392,7 +445,10 @@ fn named_prose_language(segment: &str) -> Option<&'static str> {
     if py_strip(segment).is_empty() || looks_like_code(segment) {
         return None;
     }
-    let mut prose = py_split(segment).filter(|t| !is_joined(t)).collect::<Vec<_>>().join(" ");
+    let mut prose = py_split(segment)
+        .filter(|t| !is_joined(t))
+        .collect::<Vec<_>>()
+        .join(" ");
     let is_shouted = shouted(&prose);
     if !is_shouted {
         prose = blank_upper_runs(&prose);
@@ -440,8 +496,15 @@ fn analyse_text(text: &str) -> Detection {
     let counts = script_counts(text);
     let prof = counts.profile();
     let mut script = counts.dominant();
-    let latin_share = prof.iter().find(|(n, _)| *n == "latin").map_or(0.0, |(_, f)| *f);
-    let non_latin = if prof.is_empty() { 0.0 } else { round4(1.0 - latin_share) };
+    let latin_share = prof
+        .iter()
+        .find(|(n, _)| *n == "latin")
+        .map_or(0.0, |(_, f)| *f);
+    let non_latin = if prof.is_empty() {
+        0.0
+    } else {
+        round4(1.0 - latin_share)
+    };
     // Python's `round()` of a float to an int: half to even.
     let n_non_latin = (non_latin * count_alpha(text) as f64).round_ties_even() as i64;
     let carries = non_latin_carries(non_latin, n_non_latin);
@@ -494,7 +557,10 @@ fn analyse_text(text: &str) -> Detection {
         } else {
             // Mixed case: re-take the verdict without acronym-shaped all-caps runs, but only
             // when every all-caps run is short enough to be an acronym.
-            let caps: Vec<&str> = letter_runs(text).into_iter().filter(|r| str_is_upper(r)).collect();
+            let caps: Vec<&str> = letter_runs(text)
+                .into_iter()
+                .filter(|r| str_is_upper(r))
+                .collect();
             if !caps.is_empty() && !caps.iter().any(|c| py_len(c) >= SHOUTED_MIN_WORD) {
                 let blanked = blank_upper_runs(text);
                 if blanked != text {
@@ -536,7 +602,8 @@ fn leaf_non_english(leaf: &str) -> Option<Detection> {
         if det.is_english {
             continue;
         }
-        let named = det.language.is_some_and(|l| l != "en") && named_prose_language(sample).is_some();
+        let named =
+            det.language.is_some_and(|l| l != "en") && named_prose_language(sample).is_some();
         if !named {
             if det.script != "latin" && det.script != "unknown" {
                 if !(has_non_latin_words(sample) && count_alpha(sample) >= NON_LATIN_MIN_LETTERS) {
@@ -565,7 +632,10 @@ fn leaf_non_english(leaf: &str) -> Option<Detection> {
 pub fn analyse(state: &Value) -> Detection {
     let leaves = leaves(state);
     let mut result = analyse_text(&state_text(&leaves));
-    if result.script == "latin" && result.is_english && (leaves.len() > 1 || leaves.iter().any(|l| l.contains('\n'))) {
+    if result.script == "latin"
+        && result.is_english
+        && (leaves.len() > 1 || leaves.iter().any(|l| l.contains('\n')))
+    {
         if let Some((lang, mixed)) = non_english_segment(&leaves) {
             result.language = Some(lang);
             result.is_english = false;
@@ -579,7 +649,9 @@ pub fn analyse(state: &Value) -> Detection {
     let mut best_n: i64 = -1;
     let mut best: Option<Detection> = None;
     for leaf in &leaves {
-        let Some(det) = leaf_non_english(leaf) else { continue };
+        let Some(det) = leaf_non_english(leaf) else {
+            continue;
+        };
         let n_alpha = count_alpha(prefix(leaf, MAX_CHARS)) as i64;
         if n_alpha > best_n {
             best_n = n_alpha;
@@ -611,9 +683,18 @@ mod tests {
         // Values of upstream's module-level sets on CPython 3.11.
         let mut collision: Vec<_> = lex.collision.iter().copied().collect();
         collision.sort_unstable();
-        assert_eq!(collision, ["care", "come", "do", "im", "per", "plus", "son", "todo"]);
-        assert!(lex.shared.contains("la") && lex.shared.contains("in") && lex.shared.contains("hej"));
-        assert!(lex.en_only.contains("the") && lex.en_only.contains("i") && !lex.en_only.contains("was"));
+        assert_eq!(
+            collision,
+            ["care", "come", "do", "im", "per", "plus", "son", "todo"]
+        );
+        assert!(
+            lex.shared.contains("la") && lex.shared.contains("in") && lex.shared.contains("hej")
+        );
+        assert!(
+            lex.en_only.contains("the")
+                && lex.en_only.contains("i")
+                && !lex.en_only.contains("was")
+        );
         assert_eq!((lex.shared.len(), lex.en_only.len()), (50, 112));
     }
 
@@ -624,18 +705,29 @@ mod tests {
     #[test]
     fn english_and_non_latin() {
         let d = analyse(&s("I was charged twice for my subscription this month"));
-        assert_eq!((d.script, d.language, d.is_english), ("latin", Some("en"), true));
+        assert_eq!(
+            (d.script, d.language, d.is_english),
+            ("latin", Some("en"), true)
+        );
         assert_eq!(d.script_profile, vec![("latin", 1.0)]);
         let d = analyse(&s("我的账户被扣了两次费用，请退款"));
-        assert_eq!((d.script, d.is_english, d.non_latin_fraction), ("han", false, 1.0));
+        assert_eq!(
+            (d.script, d.is_english, d.non_latin_fraction),
+            ("han", false, 1.0)
+        );
         let d = analyse(&s("1234 !!"));
-        assert_eq!((d.script, d.is_english, d.language_undecided), ("unknown", true, true));
+        assert_eq!(
+            (d.script, d.is_english, d.language_undecided),
+            ("unknown", true, true)
+        );
         assert!(d.script_profile.is_empty());
     }
 
     #[test]
     fn german_and_mixed_segment() {
-        let d = analyse(&s("Mein Konto wurde zweimal belastet, bitte erstatten Sie das Geld"));
+        let d = analyse(&s(
+            "Mein Konto wurde zweimal belastet, bitte erstatten Sie das Geld",
+        ));
         assert_eq!((d.language, d.is_english), (Some("de"), false));
         let state = Value::Array(vec![
             s("Hi there, this is the support bot. How can we help you with your order today?"),

@@ -20,7 +20,9 @@ mod unicode_table;
 mod words;
 
 pub use detect::{analyse, Detection};
-pub use route::{english_from_code, match_workflow, resolve_model_field, route, unknown_model_detail};
+pub use route::{
+    english_from_code, match_workflow, resolve_model_field, route, unknown_model_detail,
+};
 
 use crate::pyjson::{repr_str, write_float, write_str, Object, Value};
 
@@ -33,7 +35,11 @@ pub enum Checkpoint {
 }
 
 impl Checkpoint {
-    pub const ALL: [Checkpoint; 3] = [Checkpoint::English, Checkpoint::Multilingual, Checkpoint::TypedDecisions];
+    pub const ALL: [Checkpoint; 3] = [
+        Checkpoint::English,
+        Checkpoint::Multilingual,
+        Checkpoint::TypedDecisions,
+    ];
 
     /// Upstream's `_ALIASES`.
     pub const ALIASES: [(&'static str, Checkpoint); 10] = [
@@ -96,7 +102,9 @@ impl Checkpoint {
 /// router's default, `multilingual`); a name or alias → that checkpoint; anything else → the
 /// exact exit message `invalid LAYA_DEFAULT_MODEL %r: unknown model %r; …`.
 pub fn parse_default_model(raw: Option<&str>) -> Result<Option<Checkpoint>, String> {
-    let Some(raw) = raw.filter(|r| !text::py_strip(r).is_empty()) else { return Ok(None) };
+    let Some(raw) = raw.filter(|r| !text::py_strip(r).is_empty()) else {
+        return Ok(None);
+    };
     match Checkpoint::resolve(raw) {
         Some(c) => Ok(Some(c)),
         None => Err(format!(
@@ -135,14 +143,21 @@ impl RoutingConfig {
     /// Defaults, with every checkpoint name reporting `repo` (one served checkpoint; upstream
     /// prints the `LAYA_EXTRA_MODELS` source string in that setup, e.g. `"tiny"`).
     pub fn single_source(repo: &str) -> Self {
-        RoutingConfig { repos: [repo.to_string(), repo.to_string(), repo.to_string()], ..Default::default() }
+        RoutingConfig {
+            repos: [repo.to_string(), repo.to_string(), repo.to_string()],
+            ..Default::default()
+        }
     }
 
     /// One served checkpoint printed as `repo` under every name, with the given
     /// `LAYA_DEFAULT_MODEL` and `LAYA_AUTO_TASK`.
     pub fn single(repo: impl Into<String>, default_model: Checkpoint, auto_task: bool) -> Self {
         let repo = repo.into();
-        RoutingConfig { default_model, auto_task, repos: [repo.clone(), repo.clone(), repo] }
+        RoutingConfig {
+            default_model,
+            auto_task,
+            repos: [repo.clone(), repo.clone(), repo],
+        }
     }
 
     pub fn repo(&self, c: Checkpoint) -> &str {
@@ -210,19 +225,35 @@ impl Routing {
             Some(d) => {
                 let mut m = Object::new();
                 m.insert("script".into(), d.script.into());
-                let prof: Object = d.script_profile.iter().map(|(k, v)| (k.to_string(), Value::Float(*v))).collect();
+                let prof: Object = d
+                    .script_profile
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Value::Float(*v)))
+                    .collect();
                 m.insert("script_profile".into(), prof.into());
-                m.insert("language".into(), d.language.map_or(Value::Null, Value::from));
+                m.insert(
+                    "language".into(),
+                    d.language.map_or(Value::Null, Value::from),
+                );
                 m.insert("is_english".into(), d.is_english.into());
                 m.insert("language_undecided".into(), d.language_undecided.into());
                 m.insert("diacritic_rate".into(), Value::Float(d.diacritic_rate));
-                m.insert("non_latin_fraction".into(), Value::Float(d.non_latin_fraction));
-                m.insert("mixed_segment".into(), d.mixed_segment.as_deref().map_or(Value::Null, Value::from));
+                m.insert(
+                    "non_latin_fraction".into(),
+                    Value::Float(d.non_latin_fraction),
+                );
+                m.insert(
+                    "mixed_segment".into(),
+                    d.mixed_segment.as_deref().map_or(Value::Null, Value::from),
+                );
                 m.into()
             }
         };
         o.insert("detection".into(), det);
-        o.insert("workflow".into(), self.workflow.map_or(Value::Null, Value::from));
+        o.insert(
+            "workflow".into(),
+            self.workflow.map_or(Value::Null, Value::from),
+        );
         Value::Object(o)
     }
 }

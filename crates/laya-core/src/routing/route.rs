@@ -8,10 +8,34 @@ use crate::pyjson::{py_repr, py_str, repr_str, Value};
 
 /// The four typed-decisions workflows and their question-id sets (exact set match).
 const WORKFLOWS: [(&str, [&str; 5]); 4] = [
-    ("agent_trace_observability", ["action", "needs_review", "outcome", "risk", "urgency"]),
-    ("customer_service", ["action", "category", "churn_risk", "needs_human", "urgency"]),
-    ("invoice_processing", ["discrepancy_severity", "disposition", "duplicate", "matches_order", "urgency"]),
-    ("security_incidents", ["credential_compromise", "disposition", "severity", "true_positive", "urgency"]),
+    (
+        "agent_trace_observability",
+        ["action", "needs_review", "outcome", "risk", "urgency"],
+    ),
+    (
+        "customer_service",
+        ["action", "category", "churn_risk", "needs_human", "urgency"],
+    ),
+    (
+        "invoice_processing",
+        [
+            "discrepancy_severity",
+            "disposition",
+            "duplicate",
+            "matches_order",
+            "urgency",
+        ],
+    ),
+    (
+        "security_incidents",
+        [
+            "credential_compromise",
+            "disposition",
+            "severity",
+            "true_positive",
+            "urgency",
+        ],
+    ),
 ];
 
 /// Language codes that name no language (`LANG=C`, `C.UTF-8`, ISO 639-2 `und`/`zxx`/`mul`):
@@ -23,8 +47,14 @@ const ENGLISH_SUBTAGS: [&str; 3] = ["en", "eng", "english"];
 const BUNDLE_REPO: &str = "convaiinnovations/laya";
 /// The standalone Hub ids a client may name to pin a checkpoint.
 const PUBLISHED: [(&str, Checkpoint); 2] = [
-    ("convaiinnovations/laya-multilingual", Checkpoint::Multilingual),
-    ("convaiinnovations/laya-typed-decisions", Checkpoint::TypedDecisions),
+    (
+        "convaiinnovations/laya-multilingual",
+        Checkpoint::Multilingual,
+    ),
+    (
+        "convaiinnovations/laya-typed-decisions",
+        Checkpoint::TypedDecisions,
+    ),
 ];
 
 /// The workflow whose question-id set equals `ids`, if any (`match_typed_decisions_workflow`).
@@ -32,7 +62,10 @@ pub fn match_workflow(ids: &[&str]) -> Option<&'static str> {
     let mut set: Vec<&str> = ids.to_vec();
     set.sort_unstable();
     set.dedup();
-    WORKFLOWS.iter().find(|(_, sig)| set.as_slice() == sig.as_slice()).map(|(name, _)| *name)
+    WORKFLOWS
+        .iter()
+        .find(|(_, sig)| set.as_slice() == sig.as_slice())
+        .map(|(name, _)| *name)
 }
 
 /// `_english_from_code`: whether a language code names English (`Some(true)`), another
@@ -71,7 +104,16 @@ pub fn unknown_model_detail(name: &Value) -> String {
     names.sort_unstable();
     let mut aliases: Vec<&str> = Checkpoint::ALIASES.iter().map(|(a, _)| *a).collect();
     aliases.sort_unstable();
-    let list = |items: &[&str]| format!("[{}]", items.iter().map(|s| repr_str(s)).collect::<Vec<_>>().join(", "));
+    let list = |items: &[&str]| {
+        format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|s| repr_str(s))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
     format!(
         "unknown model {}; choose one of {} (or an alias: {})",
         py_repr(name),
@@ -86,7 +128,10 @@ pub fn unknown_model_detail(name: &Value) -> String {
 /// Pass `Value::Null` when the key is absent. `_cfg` is not read: the names a client may pin
 /// are the three built-in ones whatever the configuration (it is taken so that a configurable
 /// registry, upstream's `LAYA_EXTRA_MODELS`, would not change callers).
-pub fn resolve_model_field(model: &Value, _cfg: &RoutingConfig) -> Result<Option<Checkpoint>, String> {
+pub fn resolve_model_field(
+    model: &Value,
+    _cfg: &RoutingConfig,
+) -> Result<Option<Checkpoint>, String> {
     if !truthy(model) {
         return Ok(None);
     }
@@ -106,7 +151,10 @@ pub fn resolve_model_field(model: &Value, _cfg: &RoutingConfig) -> Result<Option
     // Anything else (`jev-1`, `auto`, `5`) is a client's own model id: auto-route.
     let names_source = text.starts_with(['.', '~']) || text.contains(['/', '\\']);
     if names_source {
-        return Err(format!("{}, or omit model to let the router choose", unknown_model_detail(model)));
+        return Err(format!(
+            "{}, or omit model to let the router choose",
+            unknown_model_detail(model)
+        ));
     }
     Ok(None)
 }
@@ -138,7 +186,11 @@ pub fn route(
         workflow,
     };
     if let Some(model) = pin {
-        return Ok(decided(model, format!("explicit model={}", repr_str(model.name())), None));
+        return Ok(decided(
+            model,
+            format!("explicit model={}", repr_str(model.name())),
+            None,
+        ));
     }
     if let Some(task) = task.filter(|t| !t.is_null()) {
         let text = py_str(task);
@@ -154,13 +206,24 @@ pub fn route(
     }
     let workflow = match_workflow(question_ids);
     if let Some(w) = workflow.filter(|_| cfg.auto_task) {
-        let reason = format!("question ids match the {} typed-decisions workflow", repr_str(w));
+        let reason = format!(
+            "question ids match the {} typed-decisions workflow",
+            repr_str(w)
+        );
         return Ok(decided(Checkpoint::TypedDecisions, reason, Some(w)));
     }
     if let Some(code) = lang {
         if let Some(english) = english_from_code(code) {
-            let model = if english { Checkpoint::English } else { Checkpoint::Multilingual };
-            return Ok(decided(model, format!("explicit lang={}", repr_str(code)), workflow));
+            let model = if english {
+                Checkpoint::English
+            } else {
+                Checkpoint::Multilingual
+            };
+            return Ok(decided(
+                model,
+                format!("explicit lang={}", repr_str(code)),
+                workflow,
+            ));
         }
     }
     if let Some(code) = lang_guess {
@@ -178,7 +241,10 @@ pub fn route(
     let det = analyse(state);
     let (model, reason) = if det.script == "unknown" {
         let m = cfg.default_model;
-        (m, format!("no letters detected in state; using default ({})", m.name()))
+        (
+            m,
+            format!("no letters detected in state; using default ({})", m.name()),
+        )
     } else if det.script != "latin" {
         let pct = 100.0 * det.non_latin_fraction;
         (
@@ -208,5 +274,11 @@ pub fn route(
     } else {
         (Checkpoint::English, "English Latin text".to_string())
     };
-    Ok(Routing { model, repo: cfg.repo(model).to_string(), reason, detection: Some(det), workflow })
+    Ok(Routing {
+        model,
+        repo: cfg.repo(model).to_string(),
+        reason,
+        detection: Some(det),
+        workflow,
+    })
 }

@@ -27,7 +27,10 @@ fn auto(state: &Value, ids: &[&str]) -> Routing {
 fn case_122_han_state() {
     let r = auto(&s("我的账户被扣了两次费用，请退款"), &["q"]);
     assert_eq!(r.model, Checkpoint::Multilingual);
-    assert_eq!(r.reason, "non-Latin script (han, 100% of letters); the English checkpoint cannot read it");
+    assert_eq!(
+        r.reason,
+        "non-Latin script (han, 100% of letters); the English checkpoint cannot read it"
+    );
     assert_eq!(r.detection.as_ref().map(|d| d.script), Some("han"));
 }
 
@@ -49,22 +52,56 @@ fn case_123_workflow_reported_without_auto_task() {
     ids.reverse();
     assert_eq!(match_workflow(&ids), Some("customer_service"));
     assert_eq!(match_workflow(&CS_IDS[..4]), None);
-    assert_eq!(match_workflow(&["action", "category", "churn_risk", "needs_human", "urgency", "x"]), None);
+    assert_eq!(
+        match_workflow(&[
+            "action",
+            "category",
+            "churn_risk",
+            "needs_human",
+            "urgency",
+            "x"
+        ]),
+        None
+    );
 }
 
 #[test]
 fn case_124_auto_task() {
-    let c = RoutingConfig { auto_task: true, ..cfg() };
-    let r = route(&s("I was charged twice"), &CS_IDS, None, None, None, None, &c).expect("routes");
+    let c = RoutingConfig {
+        auto_task: true,
+        ..cfg()
+    };
+    let r = route(
+        &s("I was charged twice"),
+        &CS_IDS,
+        None,
+        None,
+        None,
+        None,
+        &c,
+    )
+    .expect("routes");
     assert_eq!(r.model, Checkpoint::TypedDecisions);
-    assert_eq!(r.reason, "question ids match the 'customer_service' typed-decisions workflow");
+    assert_eq!(
+        r.reason,
+        "question ids match the 'customer_service' typed-decisions workflow"
+    );
     assert_eq!((r.detection, r.workflow), (None, Some("customer_service")));
     // lang comes after the workflow; task and model come before it.
     let r = route(&s("x"), &CS_IDS, None, None, Some("de"), None, &c).expect("routes");
     assert_eq!(r.model, Checkpoint::TypedDecisions);
     let r = route(&s("x"), &CS_IDS, None, Some(&s("en")), None, None, &c).expect("routes");
     assert_eq!((r.model, r.workflow), (Checkpoint::English, None));
-    let r = route(&s("x"), &CS_IDS, Some(Checkpoint::Multilingual), None, None, None, &c).expect("routes");
+    let r = route(
+        &s("x"),
+        &CS_IDS,
+        Some(Checkpoint::Multilingual),
+        None,
+        None,
+        None,
+        &c,
+    )
+    .expect("routes");
     assert_eq!((r.model, r.workflow), (Checkpoint::Multilingual, None));
 }
 
@@ -72,24 +109,51 @@ fn case_124_auto_task() {
 fn model_field() {
     let ok = |json: &str| resolve_model_field(&v(json), &cfg()).expect("no 422");
     // Falsy values and client model ids auto-route.
-    for json in ["null", "\"\"", "0", "0.0", "false", "[]", "{}", "\"jev-1\"", "\"auto\"", "5", "true", "\" \""] {
+    for json in [
+        "null",
+        "\"\"",
+        "0",
+        "0.0",
+        "false",
+        "[]",
+        "{}",
+        "\"jev-1\"",
+        "\"auto\"",
+        "5",
+        "true",
+        "\" \"",
+    ] {
         assert_eq!(ok(json), None, "{json}");
     }
     // The bundle id does not pin English.
     assert_eq!(ok("\"convaiinnovations/laya\""), None);
     assert_eq!(ok("\" ConvAIInnovations/LAYA \""), None);
-    assert_eq!(ok("\"ConvAIInnovations/Laya-Typed-Decisions\""), Some(Checkpoint::TypedDecisions));
-    assert_eq!(ok("\"convaiinnovations/laya-multilingual\""), Some(Checkpoint::Multilingual));
+    assert_eq!(
+        ok("\"ConvAIInnovations/Laya-Typed-Decisions\""),
+        Some(Checkpoint::TypedDecisions)
+    );
+    assert_eq!(
+        ok("\"convaiinnovations/laya-multilingual\""),
+        Some(Checkpoint::Multilingual)
+    );
     assert_eq!(ok("\"ml\""), Some(Checkpoint::Multilingual));
     assert_eq!(ok("\"default\""), Some(Checkpoint::English));
-    assert_eq!(ok("\" Typed_Decisions\\n\""), Some(Checkpoint::TypedDecisions));
+    assert_eq!(
+        ok("\" Typed_Decisions\\n\""),
+        Some(Checkpoint::TypedDecisions)
+    );
     assert_eq!(ok("\"ENGLISH\""), Some(Checkpoint::English));
     for (alias, c) in Checkpoint::ALIASES {
         assert_eq!(Checkpoint::resolve(alias), Some(c));
     }
     let err = |json: &str| resolve_model_field(&v(json), &cfg()).expect_err("422");
-    let tail = format!("; choose one of {NAMES} (or an alias: {ALIASES}), or omit model to let the router choose");
-    assert_eq!(err("\"org/repo\""), format!("unknown model 'org/repo'{tail}"));
+    let tail = format!(
+        "; choose one of {NAMES} (or an alias: {ALIASES}), or omit model to let the router choose"
+    );
+    assert_eq!(
+        err("\"org/repo\""),
+        format!("unknown model 'org/repo'{tail}")
+    );
     assert_eq!(
         err("\"org/repo\""),
         "unknown model 'org/repo'; choose one of ['english', 'multilingual', 'typed-decisions'] (or an alias: ['decisions', 'default', 'en', 'laya', 'laya-multilingual', 'laya-typed-decisions', 'ml', 'multi', 'typed', 'typed_decisions']), or omit model to let the router choose"
@@ -102,7 +166,16 @@ fn model_field() {
 
 #[test]
 fn pinned_model_reason() {
-    let r = route(&s("Mein Konto"), &["q"], Some(Checkpoint::Multilingual), None, Some("en"), None, &cfg()).expect("routes");
+    let r = route(
+        &s("Mein Konto"),
+        &["q"],
+        Some(Checkpoint::Multilingual),
+        None,
+        Some("en"),
+        None,
+        &cfg(),
+    )
+    .expect("routes");
     assert_eq!(r.reason, "explicit model='multilingual'");
     assert_eq!(
         r.to_json(),
@@ -110,8 +183,16 @@ fn pinned_model_reason() {
     );
     // `default` pins english even for a German state (case 71).
     let pin = resolve_model_field(&s("default"), &cfg()).expect("no 422");
-    let r = route(&s("Ich habe mein Passwort vergessen und kann mich nicht anmelden"), &["q"], pin, None, None, None, &cfg())
-        .expect("routes");
+    let r = route(
+        &s("Ich habe mein Passwort vergessen und kann mich nicht anmelden"),
+        &["q"],
+        pin,
+        None,
+        None,
+        None,
+        &cfg(),
+    )
+    .expect("routes");
     assert_eq!(r.model, Checkpoint::English);
 }
 
@@ -119,14 +200,35 @@ fn pinned_model_reason() {
 fn task_field() {
     let t = |task: &Value| route(&s("x"), &["q"], None, Some(task), None, None, &cfg());
     let r = t(&s("Typed-Decisions")).expect("routes");
-    assert_eq!((r.model, r.reason.as_str()), (Checkpoint::TypedDecisions, "explicit task='Typed-Decisions'"));
-    assert_eq!(t(&s("TYPED_decisions")).expect("routes").model, Checkpoint::TypedDecisions);
-    assert_eq!(t(&s(" ml ")).expect("routes").reason, "explicit task=' ml '");
+    assert_eq!(
+        (r.model, r.reason.as_str()),
+        (
+            Checkpoint::TypedDecisions,
+            "explicit task='Typed-Decisions'"
+        )
+    );
+    assert_eq!(
+        t(&s("TYPED_decisions")).expect("routes").model,
+        Checkpoint::TypedDecisions
+    );
+    assert_eq!(
+        t(&s(" ml ")).expect("routes").reason,
+        "explicit task=' ml '"
+    );
     assert_eq!(t(&s("default")).expect("routes").model, Checkpoint::English);
     let tail = format!("; choose one of {NAMES} (or an alias: {ALIASES})");
-    assert_eq!(t(&v("5")).expect_err("422"), format!("unknown model 5{tail}"));
-    assert_eq!(t(&s("")).expect_err("422"), format!("unknown model ''{tail}"));
-    assert_eq!(t(&s("zz")).expect_err("422"), format!("unknown model 'zz'{tail}"));
+    assert_eq!(
+        t(&v("5")).expect_err("422"),
+        format!("unknown model 5{tail}")
+    );
+    assert_eq!(
+        t(&s("")).expect_err("422"),
+        format!("unknown model ''{tail}")
+    );
+    assert_eq!(
+        t(&s("zz")).expect_err("422"),
+        format!("unknown model 'zz'{tail}")
+    );
     // `null` is absent.
     assert!(t(&Value::Null).expect("routes").detection.is_some());
 }
@@ -141,16 +243,39 @@ fn lang_and_lang_guess() {
         "{\"model\":\"multilingual\",\"repo\":\"tiny\",\"reason\":\"explicit lang='de'\",\"detection\":null,\"workflow\":null}"
     );
     let r = route(&de_state, &["q"], None, None, Some("EN-us"), None, &cfg()).expect("routes");
-    assert_eq!((r.model, r.reason.as_str()), (Checkpoint::English, "explicit lang='EN-us'"));
+    assert_eq!(
+        (r.model, r.reason.as_str()),
+        (Checkpoint::English, "explicit lang='EN-us'")
+    );
     // Codes that name no language fall through to lang_guess, then detection.
-    for code in ["", "  ", "C", "c.UTF-8", "POSIX", "und", "ZXX", "mul", "mul-Latn", ".utf8", "-x"] {
+    for code in [
+        "", "  ", "C", "c.UTF-8", "POSIX", "und", "ZXX", "mul", "mul-Latn", ".utf8", "-x",
+    ] {
         let r = route(&en_state, &["q"], None, None, Some(code), None, &cfg()).expect("routes");
         assert_eq!(r.reason, "English Latin text", "{code:?}");
-        let r = route(&de_state, &["q"], None, None, Some(code), Some("en_US.UTF-8"), &cfg()).expect("routes");
-        assert_eq!(r.reason, "lang_guess: the caller identified this as English text", "{code:?}");
+        let r = route(
+            &de_state,
+            &["q"],
+            None,
+            None,
+            Some(code),
+            Some("en_US.UTF-8"),
+            &cfg(),
+        )
+        .expect("routes");
+        assert_eq!(
+            r.reason, "lang_guess: the caller identified this as English text",
+            "{code:?}"
+        );
     }
     let r = route(&en_state, &["q"], None, None, None, Some("fr_FR"), &cfg()).expect("routes");
-    assert_eq!((r.model, r.reason.as_str()), (Checkpoint::Multilingual, "lang_guess: the caller identified this as non-English text"));
+    assert_eq!(
+        (r.model, r.reason.as_str()),
+        (
+            Checkpoint::Multilingual,
+            "lang_guess: the caller identified this as non-English text"
+        )
+    );
     assert_eq!(english_from_code("english"), Some(true));
     assert_eq!(english_from_code("eng_GB"), Some(true));
     assert_eq!(english_from_code("enx"), Some(false));
@@ -162,20 +287,45 @@ fn lang_and_lang_guess() {
 #[test]
 fn detection_reasons() {
     let r = auto(&v("12.5"), &["q"]);
-    assert_eq!((r.model, r.reason.as_str()), (Checkpoint::Multilingual, "no letters detected in state; using default (multilingual)"));
-    let c = RoutingConfig { default_model: Checkpoint::English, ..cfg() };
+    assert_eq!(
+        (r.model, r.reason.as_str()),
+        (
+            Checkpoint::Multilingual,
+            "no letters detected in state; using default (multilingual)"
+        )
+    );
+    let c = RoutingConfig {
+        default_model: Checkpoint::English,
+        ..cfg()
+    };
     let r = route(&s("1234"), &["q"], None, None, None, None, &c).expect("routes");
-    assert_eq!(r.reason, "no letters detected in state; using default (english)");
+    assert_eq!(
+        r.reason,
+        "no letters detected in state; using default (english)"
+    );
     let r = auto(&s("Quero cancelar"), &["q"]);
     assert_eq!(
         r.reason,
         "Latin script, language not identified and no non-English letters; using default (multilingual)"
     );
-    let r = auto(&s("Mein Konto wurde zweimal belastet, bitte erstatten Sie das Geld"), &["q"]);
-    assert_eq!(r.reason, "Latin script but language looks like 'de', not English");
+    let r = auto(
+        &s("Mein Konto wurde zweimal belastet, bitte erstatten Sie das Geld"),
+        &["q"],
+    );
+    assert_eq!(
+        r.reason,
+        "Latin script but language looks like 'de', not English"
+    );
     let r = auto(&s("Zażółć gęślą jaźń"), &["q"]);
-    assert!(r.reason.starts_with("Latin script, language not identified but "), "{}", r.reason);
-    let state = v(r#"{"agent": "Hello, thanks for contacting support. How can we help you with this order today?", "customer": "Ich habe die Rechnung nicht bekommen und ich will mein Geld"}"#);
+    assert!(
+        r.reason
+            .starts_with("Latin script, language not identified but "),
+        "{}",
+        r.reason
+    );
+    let state = v(
+        r#"{"agent": "Hello, thanks for contacting support. How can we help you with this order today?", "customer": "Ich habe die Rechnung nicht bekommen und ich will mein Geld"}"#,
+    );
     let r = auto(&state, &["q"]);
     assert_eq!(
         r.reason,
@@ -185,9 +335,16 @@ fn detection_reasons() {
 
 #[test]
 fn to_value_matches_write_json() {
-    for state in [s("I was charged twice"), s("我的账户 order 88213"), v("[\"hola\", {\"a\": \"Wo ist mein Paket? Ich warte seit Tagen\"}]")] {
+    for state in [
+        s("I was charged twice"),
+        s("我的账户 order 88213"),
+        v("[\"hola\", {\"a\": \"Wo ist mein Paket? Ich warte seit Tagen\"}]"),
+    ] {
         let r = auto(&state, &CS_IDS);
-        assert_eq!(dumps(&r.to_value(), Style::Compact).expect("finite"), r.to_json());
+        assert_eq!(
+            dumps(&r.to_value(), Style::Compact).expect("finite"),
+            r.to_json()
+        );
     }
 }
 
@@ -195,7 +352,10 @@ fn to_value_matches_write_json() {
 fn default_model_env() {
     assert_eq!(parse_default_model(None), Ok(None));
     assert_eq!(parse_default_model(Some("  ")), Ok(None));
-    assert_eq!(parse_default_model(Some(" EN ")), Ok(Some(Checkpoint::English)));
+    assert_eq!(
+        parse_default_model(Some(" EN ")),
+        Ok(Some(Checkpoint::English))
+    );
     assert_eq!(
         parse_default_model(Some("xx ")),
         Err(format!("invalid LAYA_DEFAULT_MODEL 'xx': unknown model 'xx '; choose one of {NAMES} (or an alias: {ALIASES})"))

@@ -14,7 +14,9 @@ use super::unicode_table::{
 fn flags(c: char) -> u16 {
     let cp = u32::from(c);
     // RUNS[0] starts at 0, so at least one entry is `<= cp` and the index is never below 0.
-    let i = RUNS.partition_point(|&(start, _)| start <= cp).saturating_sub(1);
+    let i = RUNS
+        .partition_point(|&(start, _)| start <= cp)
+        .saturating_sub(1);
     RUNS.get(i).map_or(0, |&(_, f)| f)
 }
 
@@ -274,13 +276,24 @@ mod tests {
 
     #[test]
     fn string_predicates() {
-        assert!(str_is_upper("ABC") && str_is_upper("A1") && !str_is_upper("Ab") && !str_is_upper("12"));
+        assert!(
+            str_is_upper("ABC") && str_is_upper("A1") && !str_is_upper("Ab") && !str_is_upper("12")
+        );
         assert!(!str_is_upper("ǅA"));
-        assert_eq!(words("don't, x2y ²b_c"), vec!["don", "t", "x", "y", "²b", "c"]);
-        assert_eq!(blank_upper_runs("sag mir das HEUTIGE DATUM a B"), "sag mir das     a B");
+        assert_eq!(
+            words("don't, x2y ²b_c"),
+            vec!["don", "t", "x", "y", "²b", "c"]
+        );
+        assert_eq!(
+            blank_upper_runs("sag mir das HEUTIGE DATUM a B"),
+            "sag mir das     a B"
+        );
         assert_eq!(prefix("héllo", 2), "hé");
         assert_eq!(py_strip("\u{1f} x \u{3000}"), "x");
-        assert_eq!(py_split(" a\u{85}b  c ").collect::<Vec<_>>(), vec!["a", "b", "c"]);
+        assert_eq!(
+            py_split(" a\u{85}b  c ").collect::<Vec<_>>(),
+            vec!["a", "b", "c"]
+        );
     }
 
     #[test]
@@ -296,7 +309,17 @@ mod tests {
 
     #[test]
     fn code_and_joined() {
-        assert!(looks_like_code("x = 1") && looks_like_code("print(x)") && !looks_like_code("Deu erro (500)"));
-        assert!(is_joined("os.path") && is_joined("Nav/Com") && is_joined("a_b") && !is_joined("_ab") && !is_joined("a."));
+        assert!(
+            looks_like_code("x = 1")
+                && looks_like_code("print(x)")
+                && !looks_like_code("Deu erro (500)")
+        );
+        assert!(
+            is_joined("os.path")
+                && is_joined("Nav/Com")
+                && is_joined("a_b")
+                && !is_joined("_ab")
+                && !is_joined("a.")
+        );
     }
 }

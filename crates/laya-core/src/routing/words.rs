@@ -155,7 +155,8 @@ pub(super) static NORDIC_OVERLAP: &[&str] = &[
 ];
 
 /// `_NON_EN_DIACRITICS`, as one string of its characters (sorted).
-pub(super) static NON_EN_DIACRITICS: &str = "ßàáâãäåæçèéêëìíîïñòóôõöøùúûüýÿāăąćčďđēęěğģīıķļłńņňőœřśşšţťūůűźżžșțə";
+pub(super) static NON_EN_DIACRITICS: &str =
+    "ßàáâãäåæçèéêëìíîïñòóôõöøùúûüýÿāăąćčďđēęěğģīıķļłńņňőœřśşšţťūůűźżžșțə";
 
 /// `_SCRIPT_RANGES` flattened: `(first, last, script)`, sorted by first code point.
 #[rustfmt::skip]

@@ -9,7 +9,11 @@ pub use laya_fixtures::{fixtures_dir, RefRow};
 /// A checkpoint directory under `fixtures/checkpoints`, which must exist.
 pub fn checkpoint(name: &str) -> PathBuf {
     let dir = fixtures_dir().join("checkpoints").join(name);
-    assert!(dir.join("model.safetensors").is_file(), "checkpoint {} is missing", dir.display());
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "checkpoint {} is missing",
+        dir.display()
+    );
     dir
 }
 
@@ -27,7 +31,10 @@ pub fn reference_passes(ckpt: &str) -> Vec<RefPass> {
     for workload in laya_fixtures::WORKLOADS {
         for reference in laya_fixtures::references(ckpt, workload) {
             for (p, rows) in reference.passes.into_iter().enumerate() {
-                passes.push(RefPass { id: format!("{workload}/{}#{p}", reference.id), rows });
+                passes.push(RefPass {
+                    id: format!("{workload}/{}#{p}", reference.id),
+                    rows,
+                });
             }
         }
     }
