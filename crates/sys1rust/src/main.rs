@@ -6,6 +6,7 @@ mod http;
 mod models;
 mod serve;
 mod server;
+mod tournament;
 mod worker;
 
 use std::path::Path;

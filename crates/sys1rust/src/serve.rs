@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// Routing fallback for states without language evidence (english, multilingual, typed-decisions).
     #[arg(long, env = "LAYA_DEFAULT_MODEL", default_value = "multilingual")]
     pub default_model: String,
+    /// Answer a choice with more options than this by elimination in groups of this size
+    /// (2-100; anything else is off), which also raises the per-choice cap to 255.
+    #[arg(long, env = "LAYA_TOURNAMENT_GROUP", default_value = "0", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::tournament_group(Some(s))))]
+    pub tournament_group: usize,
     /// Route requests whose question ids match a typed-decisions workflow to typed-decisions.
     #[arg(long, env = "LAYA_AUTO_TASK", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
     pub auto_task: bool,
@@ -80,9 +84,40 @@ pub struct ServeArgs {
     /// Seconds a client has to send a request's headers.
     #[arg(long, env = "SYS1_HEADER_TIMEOUT", default_value_t = 10.0)]
     pub header_timeout: f64,
-    /// Seconds an idle keep-alive connection stays open.
+    /// Seconds an idle keep-alive connection stays open (at most --header-timeout, whose timer
+    /// also runs while a connection waits for its next request).
     #[arg(long, env = "SYS1_KEEP_ALIVE_TIMEOUT", default_value_t = 5.0)]
     pub keep_alive_timeout: f64,
+    /// Persistent directory for MLX's compiled GPU kernels (MLX_PTX_CACHE_DIR), so a restarted
+    /// server skips the run-time compilation a first start pays (CUDA backend; default
+    /// $XDG_CACHE_HOME/sys1rust/mlx or ~/.cache/sys1rust/mlx). An exported MLX_PTX_CACHE_DIR
+    /// wins over the default, not over this option.
+    #[arg(long, env = "SYS1_KERNEL_CACHE")]
+    pub kernel_cache: Option<std::path::PathBuf>,
+}
+
+/// Points MLX's on-disk kernel cache at `explicit`, else at an operator's MLX_PTX_CACHE_DIR,
+/// else at sys1rust's cache directory. MLX reads the variable once, at its first run-time
+/// compilation, so this must run before the engine loads. Returns the directory in use.
+fn configure_kernel_cache(explicit: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    let from_env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    let dir = match explicit {
+        Some(dir) => dir.to_path_buf(),
+        None => match from_env("MLX_PTX_CACHE_DIR") {
+            Some(dir) => return Some(dir),
+            None => from_env("XDG_CACHE_HOME")
+                .or_else(|| from_env("HOME").map(|h| h.join(".cache")))?
+                .join("sys1rust")
+                .join("mlx"),
+        },
+    };
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot create the kernel cache directory; MLX uses its default");
+        return None;
+    }
+    // Still single-threaded here: the engine worker and tokio start later.
+    std::env::set_var("MLX_PTX_CACHE_DIR", &dir);
+    Some(dir)
 }
 
 /// A short warm-up row, so the first request does not pay MLX's one-time compilation.
@@ -99,6 +134,7 @@ fn warm_up<F: Forward>(engine: &mut laya_core::engine_api::Engine<F>) -> anyhow:
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let kernel_cache = configure_kernel_cache(args.kernel_cache.as_deref());
     let default_model = Checkpoint::from_name(&args.default_model)
         .with_context(|| format!("invalid LAYA_DEFAULT_MODEL {:?}", args.default_model))?;
     let resolved = args.model.resolve()?;
@@ -131,11 +167,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         limits: Limits {
             max_token_budget: args.max_token_budget,
             max_batch_tokens: args.max_batch_tokens,
+            max_choice_options: if args.tournament_group > 0 {
+                laya_core::request::MAX_TOURNAMENT_CHOICE_OPTIONS
+            } else {
+                laya_core::request::MAX_CHOICE_OPTIONS
+            },
             ..Limits::default()
         },
         jev_strict: args.jev_strict,
         routing,
         revision: resolved.revision.clone(),
+        tournament_group: args.tournament_group,
     };
     let limits = ConnLimits {
         max_connections: args.max_connections,
@@ -161,6 +203,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "precision": info.precision,
             "load_ms": (info.load_ms * 10.0).round() / 10.0,
             "warmup_ms": (info.warmup_ms * 10.0).round() / 10.0,
+            "kernel_cache": kernel_cache.as_ref().map(|d| d.display().to_string()),
         });
         println!("{ready_line}");
         tracing::info!(%addr, "listening");

@@ -45,6 +45,7 @@ impl Drop for InFlightGuard {
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops accepting, lets every
 /// in-flight request finish (idle keep-alive connections are closed at once) and returns.
+/// A SIGINT/SIGTERM while waiting returns at once with an error instead.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -89,14 +90,27 @@ pub async fn serve(
     drop(listener);
     tracing::info!(connections = open.load(Ordering::SeqCst), "shutting down: finishing in-flight requests");
     let _ = stop_tx.send(true);
-    loop {
-        let notified = all_closed.notified();
-        if open.load(Ordering::SeqCst) == 0 {
-            break;
+    let drained = async {
+        loop {
+            let notified = all_closed.notified();
+            if open.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            notified.await;
         }
-        notified.await;
+    };
+    // As uvicorn does, a second signal stops waiting: whatever is still in flight is dropped.
+    tokio::select! {
+        () = drained => Ok(()),
+        () = shutdown_signal() => {
+            let left = open.load(Ordering::SeqCst);
+            tracing::warn!(connections = left, "second signal: exiting without waiting for in-flight requests");
+            Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                format!("stopped by a second signal with {left} connection(s) still open"),
+            ))
+        }
     }
-    Ok(())
 }
 
 async fn connection(

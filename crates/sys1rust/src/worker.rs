@@ -4,7 +4,7 @@
 //! reply. The thread builds its engine itself, so no device value crosses threads, and
 //! inference never runs on the I/O threads.
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
 use laya_core::confidence::{self, MinConfidence};
@@ -14,6 +14,8 @@ use laya_core::pyjson::{Object, Value};
 use laya_core::question::parse_questions;
 use laya_core::routing::{self, Routing, RoutingConfig};
 use tokio::sync::oneshot;
+
+use crate::tournament;
 
 /// A decision to make: one or more states against one question set (upstream's step 16 on).
 #[derive(Debug)]
@@ -27,12 +29,16 @@ pub struct Decision {
     pub task: Option<Value>,
     pub lang: Option<String>,
     pub lang_guess: Option<String>,
+    /// `LAYA_TOURNAMENT_GROUP`: narrow choices over this many options by elimination; 0 is off.
+    pub tournament_group: usize,
 }
 
 /// What the worker answers: one result and routing per state, and the inference time.
 #[derive(Debug)]
 pub struct Decided {
     pub results: Vec<(StateResult, Routing)>,
+    /// Per state, the `x_tournament` report of each narrowed choice (empty without a tournament).
+    pub tournaments: Vec<Vec<(String, tournament::Report)>>,
     /// Upstream's `X-Inference-Time-Ms`: routing, tokenization, forward and decoding.
     pub inference_ms: f64,
 }
@@ -51,12 +57,98 @@ pub struct Job {
     pub reply: oneshot::Sender<Result<Decided, Failure>>,
 }
 
-/// Runs one decision on the engine (upstream's work inside the inference gate).
-pub fn decide<F: Forward>(engine: &mut Engine<F>, routing_cfg: &RoutingConfig, d: Decision) -> Result<Decided, Failure> {
+/// Upstream's resident checkpoints (`Router._order`, `/health` `loaded`), least recently used
+/// first. One checkpoint serves every name here, but the order still follows upstream's: all
+/// three preloaded in registry order, and a name moves to the end whenever a request routed to
+/// it loads it.
+#[derive(Clone)]
+pub struct Resident(Arc<Mutex<Vec<String>>>);
+
+impl Resident {
+    /// Upstream's order after `LAYA_PRELOAD`: english, multilingual, typed-decisions.
+    pub fn preloaded() -> Resident {
+        Resident(Arc::new(Mutex::new(routing::Checkpoint::ALL.iter().map(|c| c.name().to_owned()).collect())))
+    }
+
+    fn touch(&self, c: routing::Checkpoint) {
+        let mut order = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pos) = order.iter().position(|n| n == c.name()) {
+            let name = order.remove(pos);
+            order.push(name);
+        }
+    }
+
+    pub fn snapshot(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Runs one decision on the engine (upstream's work inside the inference gate): one call of
+/// [`predict_call`], or with a tournament plan, [`tournament::run`] per state.
+pub fn decide<F: Forward>(
+    engine: &mut Engine<F>,
+    routing_cfg: &RoutingConfig,
+    resident: &Resident,
+    d: Decision,
+) -> Result<Decided, Failure> {
     let started = Instant::now();
-    let qids: Vec<&str> = d.questions.keys().collect();
-    let mut routes = Vec::with_capacity(d.states.len());
-    for state in &d.states {
+    // Upstream decides whether to narrow before routing anything, once per request.
+    let plan = match d.tournament_group {
+        0 => None,
+        group => tournament::plan(&d.questions, group)?,
+    };
+    let (mut results, routes, tournaments) = match plan {
+        None => {
+            let (results, routes) = predict_call(engine, routing_cfg, resident, &d, &d.states, &d.questions, &d.opts)?;
+            let n = results.len();
+            (results, routes, vec![Vec::new(); n])
+        }
+        Some(plan) => {
+            // Each state plays its own rounds; `batch_size` shapes nothing on this path.
+            let opts = BatchOptions { batch_size: None, ..d.opts };
+            let (mut results, mut routes, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+            for state in &d.states {
+                let (result, routing, report) = tournament::run(&d.questions, d.tournament_group, &plan, |questions| {
+                    let (mut r, mut routing) =
+                        predict_call(engine, routing_cfg, resident, &d, std::slice::from_ref(state), questions, &opts)?;
+                    match (r.pop(), routing.pop()) {
+                        (Some(r), Some(routing)) => Ok((r, routing)),
+                        _ => Err(Failure::Internal("a call answered no state".into())),
+                    }
+                })?;
+                results.push(result);
+                routes.push(routing);
+                reports.push(report);
+            }
+            (results, routes, reports)
+        }
+    };
+    if let Some(min) = &d.min_confidence {
+        confidence::apply_gate(&mut results, min);
+    }
+    let inference_ms = started.elapsed().as_secs_f64() * 1e3;
+    Ok(Decided { results: results.into_iter().zip(routes).collect(), tournaments, inference_ms })
+}
+
+/// One call of upstream's router (`Router.predict`, or `predict_batch` for several states):
+/// route every state, then answer `questions` for all of them in one batch.
+///
+/// Checkpoints are "loaded" (moved to the end of `resident`) where upstream's router loads
+/// them: after routing every state, one group per routed name in order of first appearance,
+/// each just before its states are predicted. Question validation runs inside the first
+/// group's prediction, so a question error still counts the first group's load, and only it.
+fn predict_call<F: Forward>(
+    engine: &mut Engine<F>,
+    routing_cfg: &RoutingConfig,
+    resident: &Resident,
+    d: &Decision,
+    states: &[Value],
+    questions: &Object,
+    opts: &BatchOptions,
+) -> Result<(Vec<StateResult>, Vec<Routing>), Failure> {
+    let qids: Vec<&str> = questions.keys().collect();
+    let mut routes = Vec::with_capacity(states.len());
+    for state in states {
         let r = routing::route(
             state,
             &qids,
@@ -69,26 +161,41 @@ pub fn decide<F: Forward>(engine: &mut Engine<F>, routing_cfg: &RoutingConfig, d
         .map_err(Failure::Invalid)?;
         routes.push(r);
     }
-    let questions = parse_questions(&d.questions).map_err(|e| Failure::Invalid(e.to_string()))?;
-    let mut results = engine.predict_batch(&d.states, &questions, &d.opts).map_err(|e| match e {
+    let mut groups: Vec<routing::Checkpoint> = Vec::new();
+    for r in &routes {
+        if !groups.contains(&r.model) {
+            groups.push(r.model);
+        }
+    }
+    let mut groups = groups.into_iter();
+    if let Some(first) = groups.next() {
+        resident.touch(first);
+    }
+    let questions = parse_questions(questions).map_err(|e| Failure::Invalid(e.to_string()))?;
+    let results = engine.predict_batch(states, &questions, opts).map_err(|e| match e {
         DecideError::MarkersDoNotFit(m) => Failure::Invalid(m.to_string()),
         DecideError::Invalid(text) => Failure::Invalid(text),
         other => Failure::Internal(other.to_string()),
     })?;
-    if let Some(min) = &d.min_confidence {
-        confidence::apply_gate(&mut results, min);
+    for later in groups {
+        resident.touch(later);
     }
-    let inference_ms = started.elapsed().as_secs_f64() * 1e3;
-    Ok(Decided { results: results.into_iter().zip(routes).collect(), inference_ms })
+    Ok((results, routes))
 }
 
 /// The sending side of the worker's queue.
 #[derive(Clone)]
 pub struct WorkerHandle {
     tx: mpsc::SyncSender<Job>,
+    resident: Resident,
 }
 
 impl WorkerHandle {
+    /// The resident-checkpoint order the worker keeps (for `/health`).
+    pub fn resident(&self) -> &Resident {
+        &self.resident
+    }
+
     /// Queues a decision; the reply arrives when the worker has run it (FIFO).
     pub async fn decide(&self, decision: Decision) -> Result<Decided, Failure> {
         let (reply, rx) = oneshot::channel();
@@ -117,6 +224,8 @@ where
 {
     let (tx, rx) = mpsc::sync_channel::<Job>(capacity.max(1));
     let (ready_tx, ready_rx) = mpsc::channel();
+    let resident = Resident::preloaded();
+    let worker_resident = resident.clone();
     let thread = std::thread::Builder::new().name("sys1-engine".into()).spawn(move || {
         let mut engine = match build() {
             Ok((engine, info)) => {
@@ -130,14 +239,14 @@ where
         };
         while let Ok(job) = rx.recv() {
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                decide(&mut engine, &routing_cfg, job.decision)
+                decide(&mut engine, &routing_cfg, &worker_resident, job.decision)
             }))
             .unwrap_or_else(|_| Err(Failure::Internal("the engine panicked".into())));
             // The client may have gone; its answer is discarded like upstream's.
             let _ = job.reply.send(outcome);
         }
     })?;
-    Ok((WorkerHandle { tx }, ready_rx, thread))
+    Ok((WorkerHandle { tx, resident }, ready_rx, thread))
 }
 
 /// What the worker reports once its engine is built (for the ready line and `/health`).

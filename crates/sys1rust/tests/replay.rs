@@ -105,10 +105,11 @@ fn replay(mode: Mode) {
     for ckpt in CHECKPOINTS {
         let dir = checkpoint(ckpt);
         let mut oracle = Engine::load(&dir, Replay::default()).expect("tokenizer and configs");
+        // One server for the three files in order, as upstream's references were recorded
+        // (shared/oracle/make_references.py runs every workload on one server): /health lists
+        // checkpoints least recently used first, so it depends on every request before it.
+        let server = Server::start(&["--model", dir.to_str().expect("utf-8"), precision], &[]);
         for workload in WORKLOADS {
-            // A fresh server per file, as upstream's references were recorded: /health lists
-            // checkpoints in least-recently-used order, which earlier requests change.
-            let server = Server::start(&["--model", dir.to_str().expect("utf-8"), precision], &[]);
             for reference in references(ckpt, workload) {
                 let ctx = format!("{precision} {ckpt}/{workload} {}", reference.id);
                 let headers: Vec<(&str, &str)> =

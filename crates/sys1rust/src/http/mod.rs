@@ -9,7 +9,7 @@ mod error;
 mod metrics;
 mod openapi;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -29,6 +29,7 @@ use tokio::sync::Semaphore;
 pub use error::{json_response, ApiError};
 pub use metrics::Metrics;
 
+use crate::tournament;
 use crate::worker::{Decided, Decision, Failure, WorkerHandle, WorkerInfo};
 
 /// Upstream's body cap: 2 MiB, exactly 2 097 152 bytes accepted.
@@ -46,6 +47,9 @@ pub struct HttpConfig {
     pub routing: RoutingConfig,
     /// Commit of the served checkpoint, when known (`/health` `revisions`).
     pub revision: Option<String>,
+    /// `LAYA_TOURNAMENT_GROUP` (0 = off): choices over this many options are narrowed by
+    /// elimination (and `limits` admits up to 255 options).
+    pub tournament_group: usize,
 }
 
 /// Shared by every handler.
@@ -55,22 +59,16 @@ pub struct AppState {
     pub worker: WorkerHandle,
     pub admission: Arc<Semaphore>,
     pub metrics: Arc<Metrics>,
-    /// Routed checkpoint names, least recently used first (upstream's `/health` `loaded`).
-    pub resident: Arc<Mutex<Vec<String>>>,
     pub info: Arc<WorkerInfo>,
 }
 
 impl AppState {
     pub fn new(cfg: HttpConfig, worker: WorkerHandle, max_concurrent: usize, info: WorkerInfo) -> AppState {
-        // Upstream preloads english, multilingual, typed-decisions and lists them least
-        // recently used first; one served checkpoint answers every routed name here.
-        let resident = vec!["typed-decisions".to_owned(), "multilingual".to_owned(), "english".to_owned()];
         AppState {
             cfg: Arc::new(cfg),
             worker,
             admission: Arc::new(Semaphore::new(max_concurrent.clamp(1, Semaphore::MAX_PERMITS))),
             metrics: Arc::new(Metrics::default()),
-            resident: Arc::new(Mutex::new(resident)),
             info: Arc::new(info),
         }
     }
@@ -87,25 +85,14 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/systemone", only("POST", post(decide)))
         .route("/v1/systemone/batch", only("POST", post(batch)))
         // axum answers HEAD for GET routes; upstream (Starlette) does not, so HEAD is a 405.
-        .route(
-            "/health",
-            only("GET", get(health).head(|| async { ApiError::method_not_allowed("GET").into_response_empty() })),
-        )
+        // Its headers are the JSON 405's (content type and length, as uvicorn sends them);
+        // the body is dropped because the request is a HEAD.
+        .route("/health", only("GET", get(health).head(|| async { ApiError::method_not_allowed("GET") })))
         .route("/metrics", only("GET", get(metrics)));
     if open {
         router = router.route("/openapi.json", only("GET", get(openapi::document)));
     }
     router.fallback(not_found).with_state(state)
-}
-
-impl ApiError {
-    /// A 405 without a body, as Starlette answers `HEAD`.
-    fn into_response_empty(self) -> Response {
-        let mut resp = self.into_response();
-        *resp.body_mut() = Body::empty();
-        resp.headers_mut().remove(header::CONTENT_TYPE);
-        resp
-    }
 }
 
 /// Unknown paths are 404, except that a trailing slash on a known route redirects (307) to
@@ -150,12 +137,51 @@ fn timing_headers(resp: &mut Response, ms: f64) {
 }
 
 /// Renders one state's result as upstream does, `x_jev_confidence` added after inference.
-fn write_result(out: &mut String, r: &mut StateResult, routing: &Routing, strict: bool) -> Result<(), render::NonFinite> {
+/// A choice narrowed by a tournament gets `x_tournament` after its gate keys and before
+/// `x_jev_confidence` (upstream adds it to the answer dict between the two).
+fn write_result(
+    out: &mut String,
+    r: &mut StateResult,
+    routing: &Routing,
+    tournament: &[(String, tournament::Report)],
+    strict: bool,
+) -> Result<(), render::NonFinite> {
     if strict {
         return render::write_result_strict(out, r);
     }
     confidence::add_jev_confidence(std::slice::from_mut(r));
-    render::write_result_open(out, r)?;
+    if tournament.is_empty() {
+        render::write_result_open(out, r)?;
+    } else {
+        out.push_str("{\"model\":\"laya-rl-agent\",\"answers\":{");
+        for (i, (qid, answer)) in r.answers.iter_mut().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            laya_core::pyjson::write_str(out, qid);
+            out.push(':');
+            let Some((_, report)) = tournament.iter().find(|(id, _)| id == qid) else {
+                render::write_answer(out, answer)?;
+                continue;
+            };
+            let jev = answer.x_jev_confidence.take();
+            let mut text = String::new();
+            render::write_answer(&mut text, answer)?;
+            answer.x_jev_confidence = jev;
+            // `write_answer` closes the object last; reopen it for the two trailing keys.
+            text.pop();
+            out.push_str(&text);
+            out.push_str(",\"x_tournament\":");
+            report.write_json(out);
+            if let Some(x) = jev {
+                out.push_str(",\"x_jev_confidence\":");
+                laya_core::pyjson::write_json_float(out, x, false).map_err(|_| render::NonFinite)?;
+            }
+            out.push('}');
+        }
+        out.push_str("},\"usage\":");
+        render::write_usage(out, &r.usage);
+    }
     out.push_str(",\"routing\":");
     routing.write_json(out);
     out.push('}');
@@ -172,29 +198,27 @@ fn failure(f: Failure) -> ApiError {
     }
 }
 
+/// An admission slot, counted in the `sys1_queue_depth` gauge for as long as it is held.
+struct Admitted<'a> {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _gauge: metrics::InFlight<'a>,
+}
+
 /// Auth, then a non-blocking admission slot, then the body: the part both decision routes share.
-async fn admit_and_read(
-    state: &AppState,
+/// The gauge counts the slot from admission on, so uploads still in progress are included
+/// (what a saturated server is waiting on).
+async fn admit_and_read<'a>(
+    state: &'a AppState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(tokio::sync::OwnedSemaphorePermit, Vec<u8>), ApiError> {
+) -> Result<(Admitted<'a>, Vec<u8>), ApiError> {
     if !authorized(&state.cfg, headers) {
         return Err(ApiError::unauthorized());
     }
     let permit = state.admission.clone().try_acquire_owned().map_err(|_| ApiError::busy())?;
+    let admitted = Admitted { _permit: permit, _gauge: state.metrics.admitted() };
     let bytes = body::read(headers, body, BODY_LIMIT, state.cfg.body_timeout).await?;
-    Ok((permit, bytes))
-}
-
-fn touch_resident(state: &AppState, results: &[(StateResult, Routing)]) {
-    let mut resident = state.resident.lock().unwrap_or_else(|e| e.into_inner());
-    for (_, r) in results {
-        let name = r.model.name();
-        if let Some(pos) = resident.iter().position(|n| n == name) {
-            let n = resident.remove(pos);
-            resident.push(n);
-        }
-    }
+    Ok((admitted, bytes))
 }
 
 fn record_inference(state: &AppState, route: &'static str, decided: &Decided) {
@@ -219,8 +243,7 @@ async fn decide(State(state): State<AppState>, headers: HeaderMap, body: Body) -
 }
 
 async fn decide_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let (_permit, bytes) = admit_and_read(state, headers, body).await?;
-    let _admitted = state.metrics.admitted();
+    let (_admitted, bytes) = admit_and_read(state, headers, body).await?;
     let cfg = &state.cfg;
     let req = request::parse_decision(&bytes, &cfg.limits, |model| {
         routing::resolve_model_field(model, &cfg.routing).map(|_| ()).map_err(|detail| request::ApiError { status: 422, detail })
@@ -238,13 +261,14 @@ async fn decide_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Resu
         task: req.task,
         lang: req.lang,
         lang_guess: req.lang_guess,
+        tournament_group: cfg.tournament_group,
     };
     let mut decided = state.worker.decide(decision).await.map_err(failure)?;
     record_inference(state, "single", &decided);
-    touch_resident(state, &decided.results);
     let mut out = String::with_capacity(1024);
     let (result, routing) = decided.results.first_mut().ok_or_else(ApiError::inference_failed)?;
-    write_result(&mut out, result, routing, cfg.jev_strict).map_err(|e| ApiError::new(422, e.to_string()))?;
+    let tournament = decided.tournaments.first().map(Vec::as_slice).unwrap_or_default();
+    write_result(&mut out, result, routing, tournament, cfg.jev_strict).map_err(|e| ApiError::new(422, e.to_string()))?;
     let mut resp = json_response(StatusCode::OK, out);
     timing_headers(&mut resp, decided.inference_ms);
     Ok(resp)
@@ -261,8 +285,7 @@ async fn batch(State(state): State<AppState>, headers: HeaderMap, body: Body) ->
 }
 
 async fn batch_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let (_permit, bytes) = admit_and_read(state, headers, body).await?;
-    let _admitted = state.metrics.admitted();
+    let (_admitted, bytes) = admit_and_read(state, headers, body).await?;
     let cfg = &state.cfg;
     let req = request::parse_batch(&bytes, &cfg.limits, |model| {
         routing::resolve_model_field(model, &cfg.routing).map(|_| ()).map_err(|detail| request::ApiError { status: 422, detail })
@@ -283,10 +306,10 @@ async fn batch_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Resul
         task: req.task,
         lang: req.lang,
         lang_guess: req.lang_guess,
+        tournament_group: cfg.tournament_group,
     };
     let mut decided = state.worker.decide(decision).await.map_err(failure)?;
     record_inference(state, "batch", &decided);
-    touch_resident(state, &decided.results);
     let mut out = String::with_capacity(4096);
     out.push_str("{\"results\":[");
     let (mut input_tokens, mut output_tokens) = (0, 0);
@@ -296,7 +319,8 @@ async fn batch_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Resul
         }
         input_tokens += result.usage.input_tokens;
         output_tokens += result.usage.output_tokens;
-        write_result(&mut out, result, routing, cfg.jev_strict).map_err(|e| ApiError::new(422, e.to_string()))?;
+        let tournament = decided.tournaments.get(i).map(Vec::as_slice).unwrap_or_default();
+        write_result(&mut out, result, routing, tournament, cfg.jev_strict).map_err(|e| ApiError::new(422, e.to_string()))?;
     }
     out.push_str(&format!("],\"total_usage\":{{\"input_tokens\":{input_tokens},\"output_tokens\":{output_tokens}}}}}"));
     let mut resp = json_response(StatusCode::OK, out);
@@ -310,7 +334,7 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if !authorized(&state.cfg, &headers) {
         return json_response(StatusCode::OK, "{\"status\":\"ok\"}".to_owned());
     }
-    let resident = state.resident.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let resident = state.worker.resident().snapshot();
     let device = &state.info.device;
     let mut out = String::from("{\"status\":\"ok\",\"loaded\":[");
     let list = |out: &mut String, f: &dyn Fn(&mut String, &str)| {

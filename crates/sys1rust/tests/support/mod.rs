@@ -141,3 +141,79 @@ pub fn read_response(s: &mut TcpStream) -> Response {
     }
     Response { status, headers, body }
 }
+
+/// The bytes of one HTTP/1.1 request: `host: test`, `connection: close` unless `keep_alive`,
+/// and a `content-length` for `body` unless the headers already frame it.
+pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>, keep_alive: bool) -> Vec<u8> {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: test\r\n");
+    if !keep_alive {
+        head.push_str("connection: close\r\n");
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding")) {
+            head.push_str(&format!("content-length: {}\r\n", b.len()));
+        }
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(body.unwrap_or_default());
+    out
+}
+
+impl Server {
+    /// Sends raw bytes on a fresh connection and reads one response. The bytes go out from
+    /// another thread and write errors are ignored, so a server that answers before reading
+    /// everything (413 on `Content-Length`) is read, not reported as a broken pipe.
+    pub fn exchange(&self, bytes: Vec<u8>) -> Response {
+        let mut s = self.connect();
+        let mut w = s.try_clone().expect("clone");
+        let writer = std::thread::spawn(move || {
+            let _ = w.write_all(&bytes);
+        });
+        let resp = read_response(&mut s);
+        drop(s);
+        let _ = writer.join();
+        resp
+    }
+
+    /// Headers plus the first part of a body whose `content-length` is `total`, then nothing:
+    /// a stalled upload. The connection is returned for the caller to finish or drop.
+    pub fn stall(&self, path: &str, headers: &[(&str, &str)], total: usize, first: &[u8]) -> TcpStream {
+        let mut s = self.connect();
+        let len = total.to_string();
+        let mut all: Vec<(&str, &str)> = headers.to_vec();
+        all.push(("content-length", &len));
+        let mut bytes = request_bytes("POST", path, &all, None, false);
+        bytes.extend_from_slice(first);
+        s.write_all(&bytes).expect("write stalled request");
+        s
+    }
+
+    /// `sys1_queue_depth` from `/metrics`: admitted decision requests (uploading, queued or running).
+    pub fn queue_depth(&self, auth: Option<&str>) -> u64 {
+        let headers: Vec<(&str, &str)> = auth.map(|a| vec![("authorization", a)]).unwrap_or_default();
+        let resp = self.send("GET", "/metrics", &headers, None);
+        assert_eq!(resp.status, 200, "/metrics: {}", resp.text());
+        resp.text()
+            .lines()
+            .find_map(|l| l.strip_prefix("sys1_queue_depth "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("sys1_queue_depth in /metrics")
+    }
+
+    /// Waits (up to 10 s) until `n` decision requests hold an admission slot.
+    pub fn wait_admitted(&self, n: u64, auth: Option<&str>) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let depth = self.queue_depth(auth);
+            if depth == n {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{depth} requests admitted, expected {n}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
