@@ -1,0 +1,535 @@
+//! End to end: the real `sys1rust` binary gets a model from a (mock) Hugging Face hub by repo
+//! id, serves it, lists it, serves it again offline from the cache, refuses an uncached model
+//! offline with advice, and `pull` reports what it has.
+//!
+//! The hub is laya-hub's own mock (`crates/laya-hub/tests/support/mock.rs`, std only): it
+//! answers `/{repo}/resolve/{revision}/{path}` with `X-Repo-Commit`, git blob ids as `ETag`
+//! and, for LFS files, a 302 to a second "CDN" origin carrying `X-Linked-Etag` (sha256) and
+//! `X-Linked-Size`. It serves the fixture checkpoint `checkpoints/tiny` (read into memory at
+//! test time; nothing is written into the repo) as `test-org/tiny`, branch `main` = [`COMMIT`].
+//! The cache (`HF_HOME`) is a fresh directory under the target directory.
+
+mod support;
+
+#[allow(dead_code)]
+#[path = "../../laya-hub/tests/support/mock.rs"]
+mod mock;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use laya_hub::CHECKPOINT_FILES;
+use mock::{MockHub, MockRepo};
+
+const REPO: &str = "test-org/tiny";
+/// What `main` of `test-org/tiny` points at.
+const COMMIT: &str = "7e5700000000000000000000000000000dec1de1";
+/// How long any one process may take (start, download, load, answer).
+const STEP_LIMIT: Duration = Duration::from_secs(45);
+
+const DECISION: &str = r#"{"state":"I was charged twice","questions":{"dept":{"type":"choice","instructions":"which team?","criteria":{"billing":"refunds","tech":"bugs"}}}}"#;
+
+// ---- the two hashes the mock needs (`super::{git_blob_id, sha256_hex}`), without crates ----
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    const K: [u32; 64] = [
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2,
+    ];
+    let mut h: [u32; 8] = [
+        0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+        0x5be0cd19,
+    ];
+    for block in padded(data).chunks(64) {
+        let mut w = [0u32; 64];
+        for (i, word) in block.chunks(4).enumerate() {
+            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        }
+        for i in 16..64 {
+            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
+            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16]
+                .wrapping_add(s0)
+                .wrapping_add(w[i - 7])
+                .wrapping_add(s1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut hh] = h;
+        for i in 0..64 {
+            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
+            let ch = (e & f) ^ (!e & g);
+            let t1 = hh
+                .wrapping_add(s1)
+                .wrapping_add(ch)
+                .wrapping_add(K[i])
+                .wrapping_add(w[i]);
+            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
+            let maj = (a & b) ^ (a & c) ^ (b & c);
+            let t2 = s0.wrapping_add(maj);
+            (hh, g, f, e, d, c, b, a) = (g, f, e, d.wrapping_add(t1), c, b, a, t1.wrapping_add(t2));
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e, f, g, hh]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+    let mut out = [0u8; 32];
+    for (o, x) in out.chunks_mut(4).zip(h) {
+        o.copy_from_slice(&x.to_be_bytes());
+    }
+    out
+}
+
+fn sha1(data: &[u8]) -> [u8; 20] {
+    let mut h: [u32; 5] = [0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0];
+    for block in padded(data).chunks(64) {
+        let mut w = [0u32; 80];
+        for (i, word) in block.chunks(4).enumerate() {
+            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        }
+        for i in 16..80 {
+            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e] = h;
+        for (i, wi) in w.iter().enumerate() {
+            let (f, k) = match i {
+                0..=19 => ((b & c) | (!b & d), 0x5a827999),
+                20..=39 => (b ^ c ^ d, 0x6ed9eba1),
+                40..=59 => ((b & c) | (b & d) | (c & d), 0x8f1bbcdc),
+                _ => (b ^ c ^ d, 0xca62c1d6),
+            };
+            let t = a
+                .rotate_left(5)
+                .wrapping_add(f)
+                .wrapping_add(e)
+                .wrapping_add(k)
+                .wrapping_add(*wi);
+            (e, d, c, b, a) = (d, c, b.rotate_left(30), a, t);
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+    let mut out = [0u8; 20];
+    for (o, x) in out.chunks_mut(4).zip(h) {
+        o.copy_from_slice(&x.to_be_bytes());
+    }
+    out
+}
+
+/// Merkle–Damgård padding shared by SHA-1 and SHA-256.
+fn padded(data: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(data.len() + 72);
+    m.extend_from_slice(data);
+    m.push(0x80);
+    while m.len() % 64 != 56 {
+        m.push(0);
+    }
+    m.extend_from_slice(&((data.len() as u64) * 8).to_be_bytes());
+    m
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&sha256(bytes))
+}
+
+/// `git hash-object`: sha1 of `"blob <len>\0"` + bytes.
+fn git_blob_id(bytes: &[u8]) -> String {
+    let mut m = format!("blob {}\0", bytes.len()).into_bytes();
+    m.extend_from_slice(bytes);
+    hex(&sha1(&m))
+}
+
+// ---- processes ----
+
+/// A scratch directory under the target directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("sys1rust-models-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `sys1rust <args>` with a scrubbed Hugging Face / sys1rust environment plus `env`.
+fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sys1rust"));
+    cmd.args(args);
+    for k in [
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_ENDPOINT",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_TOKEN_PATH",
+        "HF_HUB_OFFLINE",
+        "SYS1_MODEL",
+        "SYS1_REVISION",
+        "SYS1_DEVICE",
+        "SYS1_REPO_LABEL",
+        "LAYA_HOST",
+        "LAYA_PORT",
+        "LAYA_API_KEY",
+        // ureq takes proxies from these and does not read NO_PROXY: the mock is on loopback.
+        "ALL_PROXY",
+        "all_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+    ] {
+        cmd.env_remove(k);
+    }
+    cmd.env("RUST_LOG", "warn").envs(env.iter().copied());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Collects a pipe's lines on a thread (echoed to the test's stderr for failures).
+fn collect<R: Read + Send + 'static>(pipe: R, tag: &'static str) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            eprintln!("[{tag}] {line}");
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        }
+    });
+    lines
+}
+
+fn joined(lines: &Arc<Mutex<Vec<String>>>) -> String {
+    lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+}
+
+/// What a finished command printed.
+struct Finished {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs a command to completion, killing it after [`STEP_LIMIT`].
+fn run(args: &[&str], env: &[(&str, &str)]) -> Finished {
+    let mut child = command(args, env).spawn().expect("sys1rust starts");
+    let out = collect(child.stdout.take().expect("stdout"), "out");
+    let err = collect(child.stderr.take().expect("stderr"), "err");
+    let deadline = Instant::now() + STEP_LIMIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "sys1rust {args:?} ran past {STEP_LIMIT:?}\n{}",
+                joined(&err)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The pipes close with the process; give the readers a moment to drain them.
+    std::thread::sleep(Duration::from_millis(100));
+    Finished {
+        success: status.success(),
+        stdout: joined(&out),
+        stderr: joined(&err),
+    }
+}
+
+/// A running `sys1rust serve` and everything it wrote to stderr so far.
+struct Serving {
+    server: support::Server,
+    ready: serde_json::Value,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+/// Starts `sys1rust serve --port 0 <args>` and waits (at most [`STEP_LIMIT`]) for its ready line.
+fn serve(args: &[&str], env: &[(&str, &str)]) -> Serving {
+    let mut all = vec!["serve", "--port", "0"];
+    all.extend_from_slice(args);
+    let mut child: Child = command(&all, env).spawn().expect("sys1rust starts");
+    let stderr = collect(child.stderr.take().expect("stderr"), "serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = match rx.recv_timeout(STEP_LIMIT) {
+        Ok(line) if !line.is_empty() => line,
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            std::thread::sleep(Duration::from_millis(100));
+            panic!(
+                "sys1rust {all:?}: no ready line ({other:?})\n{}",
+                joined(&stderr)
+            );
+        }
+    };
+    let ready: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("ready line {line:?}: {e}"));
+    let addr = ready["address"]
+        .as_str()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    Serving {
+        server: support::Server {
+            child,
+            addr,
+            ready: line,
+        },
+        ready,
+        stderr,
+    }
+}
+
+impl Serving {
+    /// Asserts a decision request is answered (200 with the question's result) and that
+    /// `/health` reports `commit`.
+    fn answers(&self, commit: &str) {
+        let resp = self.server.post_json("/v1/systemone", DECISION);
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert!(
+            resp.text()
+                .contains("\"dept\":{\"type\":\"choice\",\"choice\":"),
+            "{}",
+            resp.text()
+        );
+        let health = self.server.send("GET", "/health", &[], None);
+        assert_eq!(health.status, 200, "{}", health.text());
+        assert!(
+            health.text().contains(commit),
+            "/health does not name {commit}: {}",
+            health.text()
+        );
+    }
+}
+
+/// The checkpoint files of the fixture, by repo path, read into memory (never copied into the repo).
+fn fixture_files() -> BTreeMap<String, Vec<u8>> {
+    let src = support::fixtures_dir().join("checkpoints").join("tiny");
+    CHECKPOINT_FILES
+        .iter()
+        .map(|p| {
+            let bytes = std::fs::read(src.join(p))
+                .unwrap_or_else(|e| panic!("{}: {e}", src.join(p).display()));
+            ((*p).to_owned(), bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn hashes_match_git_and_sha256sum() {
+    // `printf 'hello\n' | git hash-object --stdin`, `printf 'hello\n' | sha256sum`
+    assert_eq!(
+        git_blob_id(b"hello\n"),
+        "ce013625030ba8dba906f756967f9e9ca394464a"
+    );
+    assert_eq!(
+        sha256_hex(b"hello\n"),
+        "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
+    );
+    assert_eq!(
+        sha256_hex(b""),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+    // Two blocks (the padding spills over).
+    assert_eq!(
+        sha256_hex(&[b'a'; 60]),
+        "11ee391211c6256460b6ed375957fadd8061cafbb31daf967db875aebd5aaad4"
+    );
+    assert_eq!(
+        hex(&sha1(b"abc")),
+        "a9993e364706816aba3e25717850c26c9cd0d89d"
+    );
+}
+
+#[test]
+fn serve_by_repo_id_downloads_lists_and_serves_offline() {
+    let started = Instant::now();
+    assert!(COMMIT.len() == 40 && COMMIT.bytes().all(|b| b.is_ascii_hexdigit()));
+    let scratch = Scratch::new();
+    let home = scratch.0.join("hf-home");
+    let kernels = scratch.0.join("kernels");
+    let (home_s, kernels_s) = (
+        home.to_str().expect("utf-8"),
+        kernels.to_str().expect("utf-8"),
+    );
+    let snapshot = home
+        .join("hub")
+        .join("models--test-org--tiny")
+        .join("snapshots")
+        .join(COMMIT);
+
+    let files = fixture_files();
+    let hub = MockHub::start(
+        HashMap::from([(REPO.to_owned(), MockRepo::new(COMMIT, files.clone()))]),
+        "unused-token",
+    );
+    let endpoint = hub.endpoint();
+    let online = [("HF_HOME", home_s), ("HF_ENDPOINT", endpoint.as_str())];
+
+    // (1) First run: downloads with progress on stderr, then serves the commit `main` is.
+    let first = serve(
+        &["--model", REPO, "--f32", "--kernel-cache", kernels_s],
+        &online,
+    );
+    assert_eq!(first.ready["event"], "ready");
+    assert_eq!(first.ready["revision"], COMMIT, "{}", first.server.ready);
+    assert_eq!(first.ready["model"], REPO);
+    assert_eq!(
+        Path::new(first.ready["dir"].as_str().expect("dir")),
+        snapshot
+    );
+    first.answers(COMMIT);
+    let progress = joined(&first.stderr);
+    for needle in [
+        format!("pulling {REPO}@main"),
+        "model.safetensors: downloading".to_owned(),
+        "model.safetensors: verifying".to_owned(),
+        "model.safetensors: ok".to_owned(),
+        "tokenizer/tokenizer_config.json: ok".to_owned(),
+    ] {
+        assert!(
+            progress.contains(&needle),
+            "{needle:?} not in the serve stderr:\n{progress}"
+        );
+    }
+    for (path, bytes) in &files {
+        assert_eq!(hub.body_gets(path).len(), 1, "{path} downloaded once");
+        assert!(
+            std::fs::read(snapshot.join(path)).expect("cached file") == *bytes,
+            "{path} differs"
+        );
+    }
+    drop(first);
+
+    // (2) `models` lists it as complete at the commit's prefix.
+    let models = run(&["models"], &online);
+    assert!(models.success, "{}", models.stderr);
+    let mut lines = models.stdout.lines();
+    assert!(
+        lines.next().is_some_and(|h| h.starts_with("NAME")),
+        "{}",
+        models.stdout
+    );
+    let row: Vec<&str> = lines
+        .find(|l| l.starts_with(REPO))
+        .unwrap_or_else(|| panic!("{REPO} not listed:\n{}", models.stdout))
+        .split_whitespace()
+        .collect();
+    // NAME REVISION SIZE(number unit) STATUS PATH
+    assert_eq!(row.len(), 6, "{row:?}");
+    assert_eq!(
+        (row[0], row[1], row[4]),
+        (REPO, &COMMIT[..7], "complete"),
+        "{row:?}"
+    );
+    assert_eq!(Path::new(row[5]), snapshot);
+
+    // (5) `pull` (hub up) says name, revision and path; the cached files are only re-verified.
+    let pull = run(&["pull", REPO], &online);
+    assert!(pull.success, "{}", pull.stderr);
+    assert_eq!(
+        pull.stdout.trim(),
+        format!("{REPO} {COMMIT} {}", snapshot.display())
+    );
+    for path in files.keys() {
+        assert_eq!(hub.body_gets(path).len(), 1, "pull downloaded {path} again");
+    }
+
+    // (3) Hub gone: `--offline` serves from the cache.
+    drop(hub);
+    let offline = serve(
+        &["--model", REPO, "--offline", "--kernel-cache", kernels_s],
+        &online,
+    );
+    assert_eq!(
+        offline.ready["revision"], COMMIT,
+        "{}",
+        offline.server.ready
+    );
+    assert_eq!(
+        Path::new(offline.ready["dir"].as_str().expect("dir")),
+        snapshot
+    );
+    offline.answers(COMMIT);
+    let text = joined(&offline.stderr);
+    assert!(
+        !text.contains("downloading"),
+        "offline serve downloaded:\n{text}"
+    );
+    drop(offline);
+
+    // (4) HF_HUB_OFFLINE=1 and a model not in the cache: a clear error, no server.
+    let other = run(
+        &[
+            "serve",
+            "--model",
+            "test-org/other",
+            "--port",
+            "0",
+            "--kernel-cache",
+            kernels_s,
+        ],
+        &[
+            ("HF_HOME", home_s),
+            ("HF_ENDPOINT", endpoint.as_str()),
+            ("HF_HUB_OFFLINE", "1"),
+        ],
+    );
+    assert!(
+        !other.success,
+        "serving an uncached model offline succeeded:\n{}",
+        other.stdout
+    );
+    for needle in [
+        "test-org/other",
+        "sys1rust pull test-org/other",
+        "--model DIR",
+    ] {
+        assert!(
+            other.stderr.contains(needle),
+            "{needle:?} not in:\n{}",
+            other.stderr
+        );
+    }
+    assert!(!other.stdout.contains("\"ready\""), "{}", other.stdout);
+
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+}
