@@ -54,6 +54,9 @@ say() { printf 'setup-mlx: %s\n' "$*" >&2; }
 install_debian_packages() {
   local wanted=(cmake make g++ clang libclang-dev) missing=() pkg
   [ "$flavor" = cpu ] && wanted+=(libopenblas0-pthread)
+  # Callers can add their own needs (scripts/test.sh: the packaging tests' tools).
+  # shellcheck disable=SC2206
+  [ -n "${SYS1_EXTRA_PACKAGES:-}" ] && wanted+=(${SYS1_EXTRA_PACKAGES})
   python3 -m pip --version >/dev/null 2>&1 || wanted+=(python3-pip)
   for pkg in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$' ||

@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The packaging tests (crates/sys1rust/tests/install.rs) run the installer under dash, patch
+# the test binary's rpath, lint the scripts and verify the systemd unit.
+export SYS1_EXTRA_PACKAGES="${SYS1_EXTRA_PACKAGES:-patchelf shellcheck systemd dash wget}"
 prebuilt=$(bash scripts/setup-mlx.sh)
 # .cargo/config.toml already names the CPU wheel; any other flavor (metal on macOS, or
 # MLX_FLAVOR=cuda13) is selected through the environment, unless the caller chose one.
