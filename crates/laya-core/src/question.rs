@@ -60,19 +60,6 @@ pub fn py_strip(s: &str) -> &str {
     s.trim_matches(py_isspace)
 }
 
-/// Python's `type(x).__name__` for a JSON value.
-pub fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Int(_) => "int",
-        Value::Float(_) => "float",
-        Value::Str(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
 struct Id<'a>(&'a str);
 
 impl fmt::Display for Id<'_> {
@@ -140,7 +127,7 @@ pub fn parse_question(id: &str, def: &Value) -> Result<Question, QuestionError> 
     let Value::Object(def) = def else {
         return Err(err(format!(
             "question {qid}: definition must be a dict, got {}",
-            type_name(def)
+            def.type_name()
         )));
     };
     let qtype = match def.get("type") {
@@ -162,9 +149,11 @@ pub fn parse_question(id: &str, def: &Value) -> Result<Question, QuestionError> 
         )));
     };
     let empty = match ins {
-        Value::Null => return Err(err(format!(
+        Value::Null => {
+            return Err(err(format!(
             "question {qid}: 'instructions' must not be None; add the text the model should answer"
-        ))),
+        )))
+        }
         Value::Str(s) => py_strip(s).is_empty(),
         Value::Array(a) => a.is_empty(),
         Value::Object(o) => o.is_empty(),
@@ -271,7 +260,7 @@ fn check_choice(qid: &Id<'_>, criteria: Option<&Value>) -> Result<(), QuestionEr
                 return Err(err(format!(
                     "question {qid}: choice label {i} is a {}; a label is rendered as option text and used as the \
                      answer key, so it must be a scalar (a string, number or bool), got {}",
-                    type_name(label),
+                    label.type_name(),
                     pyjson::py_repr(label)
                 )))
             }

@@ -40,6 +40,50 @@ pub fn label_key(label: &Value) -> Result<String, NonFinite> {
     })
 }
 
+/// `{"<label key>": p, ...}` of a choice answer.
+fn write_choice_probabilities(
+    out: &mut String,
+    probabilities: &[(Value, f64)],
+) -> Result<(), NonFinite> {
+    out.push('{');
+    for (i, (label, p)) in probabilities.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        key(out, &label_key(label)?);
+        float(out, *p)?;
+    }
+    out.push('}');
+    Ok(())
+}
+
+/// `{"0": p0, "1": p1, ...}` of a score answer.
+fn write_level_probabilities(out: &mut String, probabilities: &[f64]) -> Result<(), NonFinite> {
+    out.push('{');
+    for (i, p) in probabilities.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        key(out, &i.to_string());
+        float(out, *p)?;
+    }
+    out.push('}');
+    Ok(())
+}
+
+/// `{"0": "level text", ...}`: a score answer's legend (always strings).
+fn write_legend(out: &mut String, legend: &[String]) {
+    out.push('{');
+    for (i, text) in legend.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        key(out, &i.to_string());
+        pyjson::write_str(out, text);
+    }
+    out.push('}');
+}
+
 /// One answer object, keys in upstream's order.
 pub fn write_answer(out: &mut String, a: &Answer) -> Result<(), NonFinite> {
     out.push('{');
@@ -56,15 +100,7 @@ pub fn write_answer(out: &mut String, a: &Answer) -> Result<(), NonFinite> {
             out.push_str(&pyjson::dumps(choice, Style::Compact).map_err(|_| NonFinite)?);
             out.push(',');
             key(out, "probabilities");
-            out.push('{');
-            for (i, (label, p)) in probabilities.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                key(out, &label_key(label)?);
-                float(out, *p)?;
-            }
-            out.push('}');
+            write_choice_probabilities(out, probabilities)?;
             out.push(',');
             key(out, "confidence");
             float(out, *confidence)?;
@@ -80,26 +116,10 @@ pub fn write_answer(out: &mut String, a: &Answer) -> Result<(), NonFinite> {
             float(out, *score)?;
             out.push(',');
             key(out, "legend");
-            out.push('{');
-            for (i, text) in legend.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                key(out, &i.to_string());
-                pyjson::write_str(out, text);
-            }
-            out.push('}');
+            write_legend(out, legend);
             out.push(',');
             key(out, "probabilities");
-            out.push('{');
-            for (i, p) in probabilities.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                key(out, &i.to_string());
-                float(out, *p)?;
-            }
-            out.push('}');
+            write_level_probabilities(out, probabilities)?;
             out.push(',');
             key(out, "confidence");
             float(out, *confidence)?;
@@ -259,15 +279,7 @@ pub fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonF
                 float(out, *confidence)?;
                 out.push(',');
                 key(out, "probabilities");
-                out.push('{');
-                for (j, (label, p)) in probabilities.iter().enumerate() {
-                    if j > 0 {
-                        out.push(',');
-                    }
-                    key(out, &label_key(label)?);
-                    float(out, *p)?;
-                }
-                out.push('}');
+                write_choice_probabilities(out, probabilities)?;
             }
             AnswerBody::Score {
                 score,
@@ -283,25 +295,10 @@ pub fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonF
                 float(out, *confidence)?;
                 out.push(',');
                 key(out, "probabilities");
-                out.push('{');
-                for (j, p) in probabilities.iter().enumerate() {
-                    if j > 0 {
-                        out.push(',');
-                    }
-                    key(out, &j.to_string());
-                    float(out, *p)?;
-                }
-                out.push_str("},");
+                write_level_probabilities(out, probabilities)?;
+                out.push(',');
                 key(out, "legend");
-                out.push('{');
-                for (j, text) in legend.iter().enumerate() {
-                    if j > 0 {
-                        out.push(',');
-                    }
-                    key(out, &j.to_string());
-                    pyjson::write_str(out, text);
-                }
-                out.push('}');
+                write_legend(out, legend);
             }
             AnswerBody::Noul { noul, .. } => {
                 out.push(',');

@@ -1,14 +1,13 @@
 //! Request validation (`laya_core::request`): spec api.md §5.1 steps 6-14 and the batch route's
 //! checks (§7), against upstream's recorded references and the numbered §13 cases.
 
-use std::path::PathBuf;
-
 use laya_core::confidence::MinConfidence;
 use laya_core::pyjson::{self, Value};
 use laya_core::request::{
     batch_chunk_size, parse_batch, parse_decision, state_length, tournament_group, ApiError,
     BatchRequest, DecisionRequest, Limits,
 };
+use laya_fixtures::fixtures_dir;
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -94,20 +93,6 @@ const DIAGNOSTICS: &str = "diagnostics is filled in place for an in-process call
 
 // ---------------------------------------------------------------------------------------------
 // upstream references
-
-/// `$SYS1_FIXTURES`, else `shared/fixtures` beside the repository; missing is a hard failure.
-fn fixtures_dir() -> PathBuf {
-    let dir = match std::env::var_os("SYS1_FIXTURES") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
-    };
-    assert!(
-        dir.join("references").is_dir(),
-        "fixtures not found at {} (set SYS1_FIXTURES to the shared/fixtures directory)",
-        dir.display()
-    );
-    dir
-}
 
 fn read_references(checkpoint: &str, workload: &str) -> Vec<Value> {
     let path = fixtures_dir()

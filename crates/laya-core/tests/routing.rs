@@ -7,23 +7,9 @@
 //! directory's name (`"tiny"`, `"tiny-multilingual-shape"`) for all three names; the router
 //! default (`multilingual`) and `LAYA_AUTO_TASK` off.
 
-use std::path::PathBuf;
-
 use laya_core::pyjson::{dumps, loads, Object, Style, Value};
 use laya_core::routing::{resolve_model_field, route, Routing, RoutingConfig};
-
-fn fixtures_dir() -> PathBuf {
-    let dir = match std::env::var_os("SYS1_FIXTURES") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
-    };
-    assert!(
-        dir.join("references").is_dir(),
-        "fixture directory {} has no references/ (set SYS1_FIXTURES)",
-        dir.display()
-    );
-    dir
-}
+use laya_fixtures::fixtures_dir;
 
 fn get<'a>(o: &'a Object, key: &str) -> &'a Value {
     o.get(key)

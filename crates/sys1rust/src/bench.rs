@@ -46,12 +46,17 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
-    let lines = std::fs::read(&args.workload).with_context(|| format!("reading {}", args.workload.display()))?;
+    let lines = std::fs::read(&args.workload)
+        .with_context(|| format!("reading {}", args.workload.display()))?;
     let mut requests: Vec<(String, Request)> = Vec::new();
     for line in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        let v = laya_core::pyjson::loads(line).map_err(|e| anyhow::anyhow!("workload line: {e:?}"))?.value;
+        let v = laya_core::pyjson::loads(line)
+            .map_err(|e| anyhow::anyhow!("workload line: {e:?}"))?
+            .value;
         let Value::Object(o) = v else { continue };
-        let (Some(Value::Str(id)), Some(body)) = (o.get("id"), o.get("body")) else { continue };
+        let (Some(Value::Str(id)), Some(body)) = (o.get("id"), o.get("body")) else {
+            continue;
+        };
         let body = laya_core::pyjson::dumps_spaced(body);
         requests.push((id.clone(), Request::parse(body.as_bytes())?));
     }
@@ -62,16 +67,23 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let mut shapes = Vec::new();
     for shape in &args.shapes {
         let prefix = format!("{shape}_");
-        let picked: Vec<&Request> =
-            requests.iter().filter(|(id, _)| id.starts_with(&prefix)).map(|(_, r)| r).collect();
-        anyhow::ensure!(!picked.is_empty(), "no request of shape {shape} in the workload");
+        let picked: Vec<&Request> = requests
+            .iter()
+            .filter(|(id, _)| id.starts_with(&prefix))
+            .map(|(_, r)| r)
+            .collect();
+        anyhow::ensure!(
+            !picked.is_empty(),
+            "no request of shape {shape} in the workload"
+        );
         let mut times = Vec::with_capacity(args.runs);
         let mut tokens = 0;
         for i in 0..args.warmup + args.runs {
             let r = picked[i % picked.len()];
             let questions = parse_questions(&r.questions)?;
             let t = Instant::now();
-            let results = engine.predict_batch(std::slice::from_ref(&r.state), &questions, &r.opts)?;
+            let results =
+                engine.predict_batch(std::slice::from_ref(&r.state), &questions, &r.opts)?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
             if i >= args.warmup {
                 times.push(ms);

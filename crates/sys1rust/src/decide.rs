@@ -30,8 +30,11 @@ pub struct Request {
 impl Request {
     /// Reads the fields the engine uses; the HTTP server applies upstream's full validation.
     pub fn parse(bytes: &[u8]) -> anyhow::Result<Request> {
-        let parsed = pyjson::loads(bytes).map_err(|e| anyhow::anyhow!("request body must be valid JSON: {e:?}"))?;
-        let Value::Object(body) = parsed.value else { bail!("request body must be a JSON object") };
+        let parsed = pyjson::loads(bytes)
+            .map_err(|e| anyhow::anyhow!("request body must be valid JSON: {e:?}"))?;
+        let Value::Object(body) = parsed.value else {
+            bail!("request body must be a JSON object")
+        };
         let state = match body.get("state") {
             None | Some(Value::Null) => bail!("'state' is required"),
             Some(s) => s.clone(),
@@ -49,8 +52,16 @@ impl Request {
                 Some(_) => bail!("{key} must be an integer"),
             }
         };
-        let opts = BatchOptions { max_len: int("max_len")?, head_max_len: int("head_max_len")?, batch_size: None };
-        Ok(Request { state, questions, opts })
+        let opts = BatchOptions {
+            max_len: int("max_len")?,
+            head_max_len: int("head_max_len")?,
+            batch_size: None,
+        };
+        Ok(Request {
+            state,
+            questions,
+            opts,
+        })
     }
 }
 
@@ -61,13 +72,19 @@ pub fn run(args: &DecideArgs) -> anyhow::Result<()> {
             bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
         }
         _ => {
-            std::io::stdin().read_to_end(&mut bytes).context("reading stdin")?;
+            std::io::stdin()
+                .read_to_end(&mut bytes)
+                .context("reading stdin")?;
         }
     }
     let request = Request::parse(&bytes)?;
     let questions = parse_questions(&request.questions)?;
     let mut engine = args.model.load()?;
-    let results = engine.predict_batch(std::slice::from_ref(&request.state), &questions, &request.opts)?;
+    let results = engine.predict_batch(
+        std::slice::from_ref(&request.state),
+        &questions,
+        &request.opts,
+    )?;
     let text = render::result_json(&results[0])?;
     println!("{text}");
     Ok(())

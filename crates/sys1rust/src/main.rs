@@ -16,7 +16,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use laya_mlx::{DeviceKind, EngineSettings, Precision};
 
 #[derive(Parser)]
-#[command(name = "sys1rust", version, about = "Serve Laya System 1 decision models")]
+#[command(
+    name = "sys1rust",
+    version,
+    about = "Serve Laya System 1 decision models"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -102,7 +106,10 @@ impl ModelArgs {
     }
 
     /// Loads the engine from a resolved checkpoint directory.
-    pub fn load_dir(&self, dir: &Path) -> anyhow::Result<laya_core::engine_api::Engine<laya_mlx::MlxEngine>> {
+    pub fn load_dir(
+        &self,
+        dir: &Path,
+    ) -> anyhow::Result<laya_core::engine_api::Engine<laya_mlx::MlxEngine>> {
         let forward = laya_mlx::MlxEngine::load(dir, &self.settings())
             .with_context(|| format!("loading the model in {}", dir.display()))?;
         laya_core::engine_api::Engine::load(dir, forward)

@@ -19,7 +19,12 @@ pub fn pull(args: &PullArgs) -> anyhow::Result<()> {
     let model = hub
         .pull(&args.model, args.revision.as_deref(), &*progress)
         .with_context(|| format!("pulling {:?}", args.model))?;
-    println!("{} {} {}", model.name, model.revision.as_deref().unwrap_or("-"), model.dir.display());
+    println!(
+        "{} {} {}",
+        model.name,
+        model.revision.as_deref().unwrap_or("-"),
+        model.dir.display()
+    );
     Ok(())
 }
 

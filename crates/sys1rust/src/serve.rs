@@ -16,12 +16,20 @@ use crate::ModelArgs;
 
 /// Upstream's boolean environment rule: `1`, `true`, `yes`, `on` (any case) are true.
 pub fn truthy(s: &str) -> Result<bool, std::convert::Infallible> {
-    Ok(matches!(s.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+    Ok(matches!(
+        s.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "yes" | "on"
+    ))
 }
 
 /// Upstream's `LAYA_MAX_CONCURRENT` rule: an integer, anything invalid or <= 0 means 16.
 fn concurrency(s: &str) -> Result<usize, std::convert::Infallible> {
-    Ok(s.trim().parse::<i64>().ok().filter(|&n| n > 0).map(|n| n as usize).unwrap_or(16))
+    Ok(s.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|&n| n > 0)
+        .map(|n| n as usize)
+        .unwrap_or(16))
 }
 
 /// A positive number of seconds; anything else falls back to `default` (upstream's rule for
@@ -34,7 +42,12 @@ fn seconds_or(s: &str, default: f64) -> Duration {
 }
 
 fn positive_or(s: &str, default: usize) -> Result<usize, std::convert::Infallible> {
-    Ok(s.trim().parse::<i64>().ok().filter(|&n| n > 0).map(|n| n as usize).unwrap_or(default))
+    Ok(s.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|&n| n > 0)
+        .map(|n| n as usize)
+        .unwrap_or(default))
 }
 
 #[derive(Args)]
@@ -100,7 +113,11 @@ pub struct ServeArgs {
 /// else at sys1rust's cache directory. MLX reads the variable once, at its first run-time
 /// compilation, so this must run before the engine loads. Returns the directory in use.
 fn configure_kernel_cache(explicit: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
-    let from_env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    let from_env = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
     let dir = match explicit {
         Some(dir) => dir.to_path_buf(),
         None => match from_env("MLX_PTX_CACHE_DIR") {
@@ -125,7 +142,14 @@ fn warm_up<F: Forward>(engine: &mut laya_core::engine_api::Engine<F>) -> anyhow:
     let started = Instant::now();
     let tok = &engine.tokenizer;
     let row = Row {
-        ids: vec![tok.cls.id, tok.sep.id, tok.mask.id, tok.mask.id, tok.sep.id, tok.sep.id],
+        ids: vec![
+            tok.cls.id,
+            tok.sep.id,
+            tok.mask.id,
+            tok.mask.id,
+            tok.sep.id,
+            tok.sep.id,
+        ],
         markers: vec![2, 3],
         qtype: laya_core::config::QType::Choice,
     };
@@ -140,26 +164,35 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let resolved = args.model.resolve()?;
     let model_dir = resolved.dir.clone();
     // Upstream prints the checkpoint's source: the repo id, or the directory as configured.
-    let repo_label = args.repo_label.clone().unwrap_or_else(|| match &resolved.repo {
-        Some(repo) => repo.clone(),
-        None => model_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| resolved.name.clone()),
-    });
+    let repo_label = args
+        .repo_label
+        .clone()
+        .unwrap_or_else(|| match &resolved.repo {
+            Some(repo) => repo.clone(),
+            None => model_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| resolved.name.clone()),
+        });
     let routing = RoutingConfig::single(repo_label, default_model, args.auto_task);
     let model = args.model.clone();
-    let (handle, ready, _thread) = worker::spawn(args.max_concurrent, routing.clone(), move || {
-        let started = Instant::now();
-        let mut engine = model.load_dir(&model_dir)?;
-        let load_ms = started.elapsed().as_secs_f64() * 1e3;
-        let warmup_ms = warm_up(&mut engine)?;
-        let info = WorkerInfo {
-            device: engine.forward.device_name(),
-            precision: engine.forward.precision().name().to_owned(),
-            load_ms,
-            warmup_ms,
-        };
-        Ok((engine, info))
-    })?;
-    let info = ready.recv().context("the engine worker stopped while loading")??;
+    let (handle, ready, _thread) =
+        worker::spawn(args.max_concurrent, routing.clone(), move || {
+            let started = Instant::now();
+            let mut engine = model.load_dir(&model_dir)?;
+            let load_ms = started.elapsed().as_secs_f64() * 1e3;
+            let warmup_ms = warm_up(&mut engine)?;
+            let info = WorkerInfo {
+                device: engine.forward.device_name(),
+                precision: engine.forward.precision().name().to_owned(),
+                load_ms,
+                warmup_ms,
+            };
+            Ok((engine, info))
+        })?;
+    let info = ready
+        .recv()
+        .context("the engine worker stopped while loading")??;
 
     let cfg = HttpConfig {
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
@@ -185,7 +218,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         keep_alive_timeout: Duration::from_secs_f64(args.keep_alive_timeout.max(0.001)),
     };
     let state = AppState::new(cfg, handle, args.max_concurrent, info.clone());
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await
@@ -207,7 +243,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
         println!("{ready_line}");
         tracing::info!(%addr, "listening");
-        server::serve(listener, http::app(state), limits, server::shutdown_signal()).await?;
+        server::serve(
+            listener,
+            http::app(state),
+            limits,
+            server::shutdown_signal(),
+        )
+        .await?;
         tracing::info!("stopped");
         Ok(())
     })

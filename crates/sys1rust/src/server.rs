@@ -52,7 +52,9 @@ pub async fn serve(
     limits: ConnLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let slots = Arc::new(Semaphore::new(
+        limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
     let (stop_tx, stop_rx) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
     let all_closed = Arc::new(tokio::sync::Notify::new());
@@ -88,7 +90,10 @@ pub async fn serve(
         });
     }
     drop(listener);
-    tracing::info!(connections = open.load(Ordering::SeqCst), "shutting down: finishing in-flight requests");
+    tracing::info!(
+        connections = open.load(Ordering::SeqCst),
+        "shutting down: finishing in-flight requests"
+    );
     let _ = stop_tx.send(true);
     let drained = async {
         loop {
@@ -120,7 +125,10 @@ async fn connection(
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
 ) {
-    let activity = Arc::new(ConnActivity { in_flight: AtomicUsize::new(0), last_done: std::sync::Mutex::new(Instant::now()) });
+    let activity = Arc::new(ConnActivity {
+        in_flight: AtomicUsize::new(0),
+        last_done: std::sync::Mutex::new(Instant::now()),
+    });
     let svc_activity = activity.clone();
     let svc = tower::service_fn(move |req: hyper::Request<Incoming>| {
         svc_activity.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -133,7 +141,10 @@ async fn connection(
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).keep_alive(true);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
     let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
     tokio::pin!(conn);
     let mut closing = false;
@@ -142,7 +153,8 @@ async fn connection(
         let idle_deadline = if activity.in_flight.load(Ordering::SeqCst) > 0 {
             Instant::now() + limits.keep_alive_timeout
         } else {
-            *activity.last_done.lock().unwrap_or_else(|e| e.into_inner()) + limits.keep_alive_timeout
+            *activity.last_done.lock().unwrap_or_else(|e| e.into_inner())
+                + limits.keep_alive_timeout
         };
         tokio::select! {
             res = conn.as_mut() => {

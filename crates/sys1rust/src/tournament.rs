@@ -73,20 +73,31 @@ fn criteria_items(criteria: &Value) -> Result<Vec<Value>, Failure> {
         Value::Object(o) => o.keys().map(|k| Value::Str(k.to_owned())).collect(),
         Value::Array(a) => a.clone(),
         other => {
-            return Err(Failure::Internal(format!("choice criteria must be a dict or list, got {}", other.type_name())))
+            return Err(Failure::Internal(format!(
+                "choice criteria must be a dict or list, got {}",
+                other.type_name()
+            )))
         }
     };
     if items.is_empty() {
-        return Err(Failure::Invalid("choice criteria must contain at least one option".to_owned()));
+        return Err(Failure::Invalid(
+            "choice criteria must contain at least one option".to_owned(),
+        ));
     }
     for (i, label) in items.iter().enumerate() {
         if matches!(label, Value::Array(_) | Value::Object(_)) {
-            return Err(Failure::Internal(format!("unhashable type: '{}'", label.type_name())));
+            return Err(Failure::Internal(format!(
+                "unhashable type: '{}'",
+                label.type_name()
+            )));
         }
         // Set membership: Python `is` or `==` (1, 1.0 and True are one label; every JSON NaN
         // is the same object).
         if items[..i].iter().any(|seen| py_same_or_equal(seen, label)) {
-            return Err(Failure::Invalid(format!("choice criteria label {} is duplicated", py_repr(label))));
+            return Err(Failure::Invalid(format!(
+                "choice criteria label {} is duplicated",
+                py_repr(label)
+            )));
         }
     }
     Ok(items)
@@ -101,21 +112,36 @@ fn criteria_items(criteria: &Value) -> Result<Vec<Value>, Failure> {
 pub fn plan(questions: &Object, group: usize) -> Result<Option<Plan>, Failure> {
     let mut large: Plan = Vec::new();
     for (qid, q) in questions.iter() {
-        let Some(q) = choice_question(q) else { continue };
+        let Some(q) = choice_question(q) else {
+            continue;
+        };
         match q.get("criteria") {
-            Some(c @ Value::Object(o)) if o.len() > group => large.push((qid.to_owned(), criteria_items(c)?)),
-            Some(c @ Value::Array(a)) if a.len() > group => large.push((qid.to_owned(), criteria_items(c)?)),
+            Some(c @ Value::Object(o)) if o.len() > group => {
+                large.push((qid.to_owned(), criteria_items(c)?))
+            }
+            Some(c @ Value::Array(a)) if a.len() > group => {
+                large.push((qid.to_owned(), criteria_items(c)?))
+            }
             _ => {}
         }
     }
     if large.is_empty() {
         return Ok(None);
     }
-    let unmappable = large.iter().find(|(_, labels)| !labels.iter().all(|l| matches!(l, Value::Str(_))));
+    let unmappable = large
+        .iter()
+        .find(|(_, labels)| !labels.iter().all(|l| matches!(l, Value::Str(_))));
     let ordered = large.iter().any(|(qid, _)| {
-        questions.get(qid).and_then(Value::as_object).and_then(|q| q.get("option_order")).is_some_and(|v| !v.is_null())
+        questions
+            .get(qid)
+            .and_then(Value::as_object)
+            .and_then(|q| q.get("option_order"))
+            .is_some_and(|v| !v.is_null())
     });
-    if large.iter().any(|(_, labels)| labels.len() > MAX_CHOICE_OPTIONS) {
+    if large
+        .iter()
+        .any(|(_, labels)| labels.len() > MAX_CHOICE_OPTIONS)
+    {
         if let Some((qid, _)) = unmappable {
             return Err(Failure::Invalid(format!(
                 "question {}: a choice is narrowed by elimination once a request has one over {MAX_CHOICE_OPTIONS} \
@@ -125,7 +151,11 @@ pub fn plan(questions: &Object, group: usize) -> Result<Option<Plan>, Failure> {
         }
         return Ok(Some(large));
     }
-    Ok(if unmappable.is_some() || ordered { None } else { Some(large) })
+    Ok(if unmappable.is_some() || ordered {
+        None
+    } else {
+        Some(large)
+    })
 }
 
 /// `dict(question, criteria=<labels' subset>)` without its `option_order`
@@ -136,9 +166,15 @@ fn cut(question: &Object, labels: &[Value]) -> Result<Value, Failure> {
             let mut subset = Object::new();
             for label in labels {
                 let Value::Str(key) = label else {
-                    return Err(Failure::Internal(format!("tournament label {} is not a criteria key", py_repr(label))));
+                    return Err(Failure::Internal(format!(
+                        "tournament label {} is not a criteria key",
+                        py_repr(label)
+                    )));
                 };
-                let value = c.get(key).cloned().ok_or_else(|| Failure::Internal(format!("KeyError: {}", repr_str(key))))?;
+                let value = c
+                    .get(key)
+                    .cloned()
+                    .ok_or_else(|| Failure::Internal(format!("KeyError: {}", repr_str(key))))?;
                 subset.insert(key.clone(), value);
             }
             Value::Object(subset)
@@ -178,13 +214,27 @@ pub fn run(
     // predict_tournament: every choice question takes part (those within `group` play no round).
     let mut meta: Vec<Entry> = Vec::new();
     for (qid, q) in questions.iter() {
-        let Some(q) = choice_question(q) else { continue };
-        let Some(criteria) = q.get("criteria") else {
-            return Err(Failure::Invalid(format!("question {} is a choice but has no criteria", repr_str(qid))));
+        let Some(q) = choice_question(q) else {
+            continue;
         };
-        meta.push(Entry { qid: qid.to_owned(), labels: criteria_items(criteria)?, rounds: 0 });
+        let Some(criteria) = q.get("criteria") else {
+            return Err(Failure::Invalid(format!(
+                "question {} is a choice but has no criteria",
+                repr_str(qid)
+            )));
+        };
+        meta.push(Entry {
+            qid: qid.to_owned(),
+            labels: criteria_items(criteria)?,
+            rounds: 0,
+        });
     }
-    let question = |qid: &str| questions.get(qid).and_then(Value::as_object).ok_or_else(|| Failure::Internal(format!("no question {qid}")));
+    let question = |qid: &str| {
+        questions
+            .get(qid)
+            .and_then(Value::as_object)
+            .ok_or_else(|| Failure::Internal(format!("no question {qid}")))
+    };
     let mut input_tokens = 0;
     loop {
         // Groups of near-equal size, in criteria order, for every choice still over `group`.
@@ -193,7 +243,10 @@ pub fn run(
             let n = entry.labels.len();
             let parts = n.div_ceil(group);
             if parts > 1 {
-                groups.extend((0..parts).map(|i| (m, entry.labels[i * n / parts..(i + 1) * n / parts].to_vec())));
+                groups.extend(
+                    (0..parts)
+                        .map(|i| (m, entry.labels[i * n / parts..(i + 1) * n / parts].to_vec())),
+                );
             }
         }
         if groups.is_empty() {
@@ -242,20 +295,42 @@ pub fn run(
 
     let mut reports = Vec::new();
     for (qid, labels) in plan {
-        let Some(entry) = meta.iter().find(|e| &e.qid == qid).filter(|e| e.rounds > 0) else { continue };
-        let Some((_, answer)) = result.answers.iter_mut().find(|(id, _)| id == qid) else { continue };
-        let AnswerBody::Choice { probabilities, .. } = &mut answer.body else { continue };
+        let Some(entry) = meta.iter().find(|e| &e.qid == qid).filter(|e| e.rounds > 0) else {
+            continue;
+        };
+        let Some((_, answer)) = result.answers.iter_mut().find(|(id, _)| id == qid) else {
+            continue;
+        };
+        let AnswerBody::Choice { probabilities, .. } = &mut answer.body else {
+            continue;
+        };
         let full: Vec<(Value, f64)> = labels
             .iter()
             .map(|label| {
-                let p = probabilities.iter().find(|(l, _)| l == label).map_or(0.0, |(_, p)| *p);
+                let p = probabilities
+                    .iter()
+                    .find(|(l, _)| l == label)
+                    .map_or(0.0, |(_, p)| *p);
                 (label.clone(), p)
             })
             .collect();
         *probabilities = full;
-        let order = question(qid)?.get("option_order").is_some_and(|v| !v.is_null());
-        let finalists = entry.labels.iter().map(|l| l.as_str().map(str::to_owned).unwrap_or_else(|| py_repr(l))).collect();
-        reports.push((qid.clone(), Report { finalists, rounds: entry.rounds, option_order_dropped: order }));
+        let order = question(qid)?
+            .get("option_order")
+            .is_some_and(|v| !v.is_null());
+        let finalists = entry
+            .labels
+            .iter()
+            .map(|l| l.as_str().map(str::to_owned).unwrap_or_else(|| py_repr(l)))
+            .collect();
+        reports.push((
+            qid.clone(),
+            Report {
+                finalists,
+                rounds: entry.rounds,
+                option_order_dropped: order,
+            },
+        ));
     }
     Ok((result, routing, reports))
 }
@@ -273,22 +348,45 @@ mod tests {
     }
 
     fn labels(n: usize) -> String {
-        (0..n).map(|i| format!("\"o{i}\"")).collect::<Vec<_>>().join(",")
+        (0..n)
+            .map(|i| format!("\"o{i}\""))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     #[test]
     fn plan_follows_upstream() {
-        let q = |criteria: &str, extra: &str| object(&format!(r#"{{"q":{{"type":"choice","instructions":"x","criteria":{criteria}{extra}}}}}"#));
+        let q = |criteria: &str, extra: &str| {
+            object(&format!(
+                r#"{{"q":{{"type":"choice","instructions":"x","criteria":{criteria}{extra}}}}}"#
+            ))
+        };
         // Within the group: one pass.
-        assert!(plan(&q(&format!("[{}]", labels(16)), ""), 16).unwrap().is_none());
+        assert!(plan(&q(&format!("[{}]", labels(16)), ""), 16)
+            .unwrap()
+            .is_none());
         // Over it: narrowed.
-        let p = plan(&q(&format!("[{}]", labels(17)), ""), 16).unwrap().unwrap();
+        let p = plan(&q(&format!("[{}]", labels(17)), ""), 16)
+            .unwrap()
+            .unwrap();
         assert_eq!(p[0].1.len(), 17);
         // A non-string label or an option_order keeps one pass while it fits one pass...
-        assert!(plan(&q(&format!("[{},1]", labels(20)), ""), 16).unwrap().is_none());
-        assert!(plan(&q(&format!("[{}]", labels(20)), r#","option_order":[0]"#), 16).unwrap().is_none());
+        assert!(plan(&q(&format!("[{},1]", labels(20)), ""), 16)
+            .unwrap()
+            .is_none());
+        assert!(plan(
+            &q(&format!("[{}]", labels(20)), r#","option_order":[0]"#),
+            16
+        )
+        .unwrap()
+        .is_none());
         // ... but not once a choice is over 100 options.
-        assert!(plan(&q(&format!("[{}]", labels(101)), r#","option_order":[0]"#), 16).unwrap().is_some());
+        assert!(plan(
+            &q(&format!("[{}]", labels(101)), r#","option_order":[0]"#),
+            16
+        )
+        .unwrap()
+        .is_some());
         match plan(&q(&format!("[{},1]", labels(101)), ""), 16) {
             Err(Failure::Invalid(m)) => assert_eq!(
                 m,
@@ -300,7 +398,10 @@ mod tests {
             Err(Failure::Invalid(m)) => assert_eq!(m, "choice criteria label 'o3' is duplicated"),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(plan(&q(&format!("[{},[1]]", labels(20)), ""), 16), Err(Failure::Internal(_))));
+        assert!(matches!(
+            plan(&q(&format!("[{},[1]]", labels(20)), ""), 16),
+            Err(Failure::Internal(_))
+        ));
     }
 
     #[test]
@@ -318,10 +419,25 @@ mod tests {
         assert!(run(&qs, 16, &plan, fake).is_err());
         let round = &calls[0];
         // 35 labels in ceil(35/16) = 3 groups of 11, 12, 12 (upstream's i*n//parts cuts).
-        let sizes: Vec<usize> = round.values().map(|q| q.as_object().unwrap().get("criteria").unwrap().as_array().unwrap().len()).collect();
+        let sizes: Vec<usize> = round
+            .values()
+            .map(|q| {
+                q.as_object()
+                    .unwrap()
+                    .get("criteria")
+                    .unwrap()
+                    .as_array()
+                    .unwrap()
+                    .len()
+            })
+            .collect();
         assert_eq!(sizes, [11, 12, 12]);
         assert_eq!(round.keys().collect::<Vec<_>>(), ["0", "1", "2"]);
         let first = round.get("0").unwrap().as_object().unwrap();
-        assert_eq!(first.keys().collect::<Vec<_>>(), ["type", "instructions", "criteria", "weight"], "option_order dropped");
+        assert_eq!(
+            first.keys().collect::<Vec<_>>(),
+            ["type", "instructions", "criteria", "weight"],
+            "option_order dropped"
+        );
     }
 }

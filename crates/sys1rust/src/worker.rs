@@ -67,7 +67,12 @@ pub struct Resident(Arc<Mutex<Vec<String>>>);
 impl Resident {
     /// Upstream's order after `LAYA_PRELOAD`: english, multilingual, typed-decisions.
     pub fn preloaded() -> Resident {
-        Resident(Arc::new(Mutex::new(routing::Checkpoint::ALL.iter().map(|c| c.name().to_owned()).collect())))
+        Resident(Arc::new(Mutex::new(
+            routing::Checkpoint::ALL
+                .iter()
+                .map(|c| c.name().to_owned())
+                .collect(),
+        )))
     }
 
     fn touch(&self, c: routing::Checkpoint) {
@@ -99,23 +104,42 @@ pub fn decide<F: Forward>(
     };
     let (mut results, routes, tournaments) = match plan {
         None => {
-            let (results, routes) = predict_call(engine, routing_cfg, resident, &d, &d.states, &d.questions, &d.opts)?;
+            let (results, routes) = predict_call(
+                engine,
+                routing_cfg,
+                resident,
+                &d,
+                &d.states,
+                &d.questions,
+                &d.opts,
+            )?;
             let n = results.len();
             (results, routes, vec![Vec::new(); n])
         }
         Some(plan) => {
             // Each state plays its own rounds; `batch_size` shapes nothing on this path.
-            let opts = BatchOptions { batch_size: None, ..d.opts };
+            let opts = BatchOptions {
+                batch_size: None,
+                ..d.opts
+            };
             let (mut results, mut routes, mut reports) = (Vec::new(), Vec::new(), Vec::new());
             for state in &d.states {
-                let (result, routing, report) = tournament::run(&d.questions, d.tournament_group, &plan, |questions| {
-                    let (mut r, mut routing) =
-                        predict_call(engine, routing_cfg, resident, &d, std::slice::from_ref(state), questions, &opts)?;
-                    match (r.pop(), routing.pop()) {
-                        (Some(r), Some(routing)) => Ok((r, routing)),
-                        _ => Err(Failure::Internal("a call answered no state".into())),
-                    }
-                })?;
+                let (result, routing, report) =
+                    tournament::run(&d.questions, d.tournament_group, &plan, |questions| {
+                        let (mut r, mut routing) = predict_call(
+                            engine,
+                            routing_cfg,
+                            resident,
+                            &d,
+                            std::slice::from_ref(state),
+                            questions,
+                            &opts,
+                        )?;
+                        match (r.pop(), routing.pop()) {
+                            (Some(r), Some(routing)) => Ok((r, routing)),
+                            _ => Err(Failure::Internal("a call answered no state".into())),
+                        }
+                    })?;
                 results.push(result);
                 routes.push(routing);
                 reports.push(report);
@@ -127,7 +151,11 @@ pub fn decide<F: Forward>(
         confidence::apply_gate(&mut results, min);
     }
     let inference_ms = started.elapsed().as_secs_f64() * 1e3;
-    Ok(Decided { results: results.into_iter().zip(routes).collect(), tournaments, inference_ms })
+    Ok(Decided {
+        results: results.into_iter().zip(routes).collect(),
+        tournaments,
+        inference_ms,
+    })
 }
 
 /// One call of upstream's router (`Router.predict`, or `predict_batch` for several states):
@@ -172,11 +200,13 @@ fn predict_call<F: Forward>(
         resident.touch(first);
     }
     let questions = parse_questions(questions).map_err(|e| Failure::Invalid(e.to_string()))?;
-    let results = engine.predict_batch(states, &questions, opts).map_err(|e| match e {
-        DecideError::MarkersDoNotFit(m) => Failure::Invalid(m.to_string()),
-        DecideError::Invalid(text) => Failure::Invalid(text),
-        other => Failure::Internal(other.to_string()),
-    })?;
+    let results = engine
+        .predict_batch(states, &questions, opts)
+        .map_err(|e| match e {
+            DecideError::MarkersDoNotFit(m) => Failure::Invalid(m.to_string()),
+            DecideError::Invalid(text) => Failure::Invalid(text),
+            other => Failure::Internal(other.to_string()),
+        })?;
     for later in groups {
         resident.touch(later);
     }
@@ -207,7 +237,8 @@ impl WorkerHandle {
             .await
             .map_err(|e| Failure::Internal(format!("queueing failed: {e}")))?
             .map_err(|_| Failure::Internal("the inference worker is not running".into()))?;
-        rx.await.map_err(|_| Failure::Internal("the inference worker stopped".into()))?
+        rx.await
+            .map_err(|_| Failure::Internal("the inference worker stopped".into()))?
     }
 }
 
@@ -217,7 +248,11 @@ pub fn spawn<F, B>(
     capacity: usize,
     routing_cfg: RoutingConfig,
     build: B,
-) -> std::io::Result<(WorkerHandle, mpsc::Receiver<anyhow::Result<WorkerInfo>>, std::thread::JoinHandle<()>)>
+) -> std::io::Result<(
+    WorkerHandle,
+    mpsc::Receiver<anyhow::Result<WorkerInfo>>,
+    std::thread::JoinHandle<()>,
+)>
 where
     F: Forward + 'static,
     B: FnOnce() -> anyhow::Result<(Engine<F>, WorkerInfo)> + Send + 'static,
@@ -226,26 +261,28 @@ where
     let (ready_tx, ready_rx) = mpsc::channel();
     let resident = Resident::preloaded();
     let worker_resident = resident.clone();
-    let thread = std::thread::Builder::new().name("sys1-engine".into()).spawn(move || {
-        let mut engine = match build() {
-            Ok((engine, info)) => {
-                let _ = ready_tx.send(Ok(info));
-                engine
+    let thread = std::thread::Builder::new()
+        .name("sys1-engine".into())
+        .spawn(move || {
+            let mut engine = match build() {
+                Ok((engine, info)) => {
+                    let _ = ready_tx.send(Ok(info));
+                    engine
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            while let Ok(job) = rx.recv() {
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    decide(&mut engine, &routing_cfg, &worker_resident, job.decision)
+                }))
+                .unwrap_or_else(|_| Err(Failure::Internal("the engine panicked".into())));
+                // The client may have gone; its answer is discarded like upstream's.
+                let _ = job.reply.send(outcome);
             }
-            Err(e) => {
-                let _ = ready_tx.send(Err(e));
-                return;
-            }
-        };
-        while let Ok(job) = rx.recv() {
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                decide(&mut engine, &routing_cfg, &worker_resident, job.decision)
-            }))
-            .unwrap_or_else(|_| Err(Failure::Internal("the engine panicked".into())));
-            // The client may have gone; its answer is discarded like upstream's.
-            let _ = job.reply.send(outcome);
-        }
-    })?;
+        })?;
     Ok((WorkerHandle { tx, resident }, ready_rx, thread))
 }
 

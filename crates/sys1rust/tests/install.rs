@@ -20,12 +20,17 @@ use std::process::{Command, Output, Stdio};
 mod support;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repo root")
 }
 
 /// A fresh scratch directory under cargo's per-target temporary directory.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-test").join(name);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("install-test")
+        .join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
@@ -40,7 +45,10 @@ fn have(tool: &str) -> bool {
 }
 
 fn need(tool: &str, package: &str) {
-    assert!(have(tool), "{tool} is needed by this test: install it (Debian: apt-get install {package})");
+    assert!(
+        have(tool),
+        "{tool} is needed by this test: install it (Debian: apt-get install {package})"
+    );
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -97,18 +105,30 @@ fn service_files_are_valid() {
         "Restart=on-failure".into(),
         "WantedBy=default.target".into(),
     ] {
-        assert!(unit.lines().any(|l| l == line), "the unit lacks {line:?}:\n{unit}");
+        assert!(
+            unit.lines().any(|l| l == line),
+            "the unit lacks {line:?}:\n{unit}"
+        );
     }
-    assert!(!unit.contains("StandardOutput"), "the unit logs to the journal, systemd's default");
+    assert!(
+        !unit.contains("StandardOutput"),
+        "the unit logs to the journal, systemd's default"
+    );
     let plist = rendered_service(&home, "launchd");
     for needle in [
         "<key>KeepAlive</key>".to_owned(),
         format!("<string>{}</string>", program.display()),
         format!("<string>{}</string>", env_file.display()),
-        format!("<string>{}</string>", home.join("Library/Logs/sys1rust.log").display()),
+        format!(
+            "<string>{}</string>",
+            home.join("Library/Logs/sys1rust.log").display()
+        ),
         "exec \"$0\" serve</string>".into(),
     ] {
-        assert!(plist.contains(&needle), "the plist lacks {needle:?}:\n{plist}");
+        assert!(
+            plist.contains(&needle),
+            "the plist lacks {needle:?}:\n{plist}"
+        );
     }
 
     if cfg!(target_os = "linux") {
@@ -126,7 +146,11 @@ fn service_files_are_valid() {
             .output()
             .expect("systemd-analyze runs");
         let out = check(out, "systemd-analyze verify");
-        assert!(out.stderr.is_empty() && out.stdout.is_empty(), "systemd-analyze verify: {}", text(&out.stderr));
+        assert!(
+            out.stderr.is_empty() && out.stdout.is_empty(),
+            "systemd-analyze verify: {}",
+            text(&out.stderr)
+        );
     }
 
     let plist_path = dir.join("io.github.sys1rust.plist");
@@ -142,9 +166,15 @@ fn service_files_are_valid() {
     match tool {
         "plutil -lint" => cmd.arg("-lint"),
         "xmllint" => cmd.arg("--noout"),
-        _ => cmd.args(["-c", "import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])"]),
+        _ => cmd.args([
+            "-c",
+            "import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])",
+        ]),
     };
-    check(cmd.arg(&plist_path).output().expect("the checker runs"), tool);
+    check(
+        cmd.arg(&plist_path).output().expect("the checker runs"),
+        tool,
+    );
 }
 
 #[test]
@@ -156,15 +186,29 @@ fn scripts_pass_shellcheck() {
     need("shellcheck", "shellcheck");
     let root = repo();
     check(
-        Command::new("shellcheck").args(["-s", "sh"]).arg(root.join("install.sh")).output().unwrap(),
+        Command::new("shellcheck")
+            .args(["-s", "sh"])
+            .arg(root.join("install.sh"))
+            .output()
+            .unwrap(),
         "shellcheck -s sh install.sh",
     );
     check(
-        Command::new("shellcheck").arg(root.join("packaging/build-bundle.sh")).output().unwrap(),
+        Command::new("shellcheck")
+            .arg(root.join("packaging/build-bundle.sh"))
+            .output()
+            .unwrap(),
         "shellcheck packaging/build-bundle.sh",
     );
     if have("dash") {
-        check(Command::new("dash").arg("-n").arg(root.join("install.sh")).output().unwrap(), "dash -n install.sh");
+        check(
+            Command::new("dash")
+                .arg("-n")
+                .arg(root.join("install.sh"))
+                .output()
+                .unwrap(),
+            "dash -n install.sh",
+        );
     }
 }
 
@@ -206,9 +250,22 @@ mod linux {
         let _ = std::fs::remove_dir_all(work);
         std::fs::create_dir_all(work).unwrap();
         std::fs::create_dir_all(to).unwrap();
-        check(Command::new("tar").arg("-xzf").arg(tarball).arg("-C").arg(work).output().unwrap(), "tar -x");
+        check(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(tarball)
+                .arg("-C")
+                .arg(work)
+                .output()
+                .unwrap(),
+            "tar -x",
+        );
         let name = format!("sys1rust-{version}-{platform}");
-        std::fs::rename(work.join(format!("sys1rust-{VERSION}-{PLATFORM}")), work.join(&name)).unwrap();
+        std::fs::rename(
+            work.join(format!("sys1rust-{VERSION}-{PLATFORM}")),
+            work.join(&name),
+        )
+        .unwrap();
         std::fs::write(work.join(&name).join("VERSION"), format!("{version}\n")).unwrap();
         let out = Command::new("tar")
             .arg("-C")
@@ -227,7 +284,12 @@ mod linux {
         let dist = dir.join("dist");
         let out = Command::new("bash")
             .arg(repo().join("packaging/build-bundle.sh"))
-            .args([PLATFORM, "--binary", env!("CARGO_BIN_EXE_sys1rust"), "--out"])
+            .args([
+                PLATFORM,
+                "--binary",
+                env!("CARGO_BIN_EXE_sys1rust"),
+                "--out",
+            ])
             .arg(&dist)
             .output()
             .expect("bash runs");
@@ -284,13 +346,18 @@ mod linux {
         }
         let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
         let head = |status: &str, extra: &str, len: usize| {
-            format!("HTTP/1.1 {status}\r\n{extra}content-length: {len}\r\nconnection: close\r\n\r\n")
+            format!(
+                "HTTP/1.1 {status}\r\n{extra}content-length: {len}\r\nconnection: close\r\n\r\n"
+            )
         };
         let response = if let Some(file) = path.strip_prefix("/latest/download/") {
             let to = format!("/download/v{LATEST}/{file}");
             head("302 Found", &format!("location: {to}\r\n"), 0).into_bytes()
         } else {
-            match (path.contains(".."), std::fs::read(root.join(path.trim_start_matches('/')))) {
+            match (
+                path.contains(".."),
+                std::fs::read(root.join(path.trim_start_matches('/'))),
+            ) {
                 (false, Ok(body)) => [head("200 OK", "", body.len()).into_bytes(), body].concat(),
                 _ => head("404 Not Found", "", 0).into_bytes(),
             }
@@ -315,9 +382,17 @@ mod linux {
             }
             // systemctl and launchctl log their arguments and succeed.
             for tool in ["systemctl", "launchctl"] {
-                write_script(&fakes.join(tool), &format!("echo \"$*\" >> {}/{tool}.log", dir.display()));
+                write_script(
+                    &fakes.join(tool),
+                    &format!("echo \"$*\" >> {}/{tool}.log", dir.display()),
+                );
             }
-            Home { dir, home, fakes, tmp }
+            Home {
+                dir,
+                home,
+                fakes,
+                tmp,
+            }
         }
 
         fn log(&self, tool: &str) -> Vec<String> {
@@ -345,8 +420,7 @@ mod linux {
             if let Some(v) = variant {
                 cmd.env("SYS1_VARIANT", v);
             }
-            cmd
-                .arg(repo().join("install.sh"))
+            cmd.arg(repo().join("install.sh"))
                 .args(args)
                 .env_clear()
                 .env("HOME", &self.home)
@@ -369,7 +443,11 @@ mod linux {
         /// The names in ~/.local/share/sys1rust.
         fn installed(&self) -> Vec<String> {
             let mut names: Vec<String> = std::fs::read_dir(self.data())
-                .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
                 .unwrap_or_default();
             names.sort();
             names
@@ -433,7 +511,9 @@ mod linux {
             .spawn()
             .expect("the bundled sys1rust starts");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         let addr = line
             .split("\"address\":\"")
             .nth(1)
@@ -450,21 +530,48 @@ mod linux {
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(health.status, 200, "{}", health.text());
-        assert!(health.text().contains("\"status\":\"ok\""), "{}", health.text());
-        let libmlx: Vec<&str> = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).filter(|p| p.ends_with("/libmlx.so")).collect();
+        assert!(
+            health.text().contains("\"status\":\"ok\""),
+            "{}",
+            health.text()
+        );
+        let libmlx: Vec<&str> = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .filter(|p| p.ends_with("/libmlx.so"))
+            .collect();
         let want = lib_dir.canonicalize().unwrap().join("libmlx.so");
-        assert!(!libmlx.is_empty() && libmlx.iter().all(|p| Path::new(p) == want), "libmlx mapped from {libmlx:?}, not {}", want.display());
+        assert!(
+            !libmlx.is_empty() && libmlx.iter().all(|p| Path::new(p) == want),
+            "libmlx mapped from {libmlx:?}, not {}",
+            want.display()
+        );
     }
 
     /// The smoke test: the bundle, unpacked anywhere, serves a model with its own libmlx.
     #[test]
     fn bundle_runs_from_anywhere() {
         let releases = releases();
-        let out = Command::new("sha256sum").args(["-c", "--quiet", "SHA256SUMS"]).current_dir(&releases.dist).output().unwrap();
+        let out = Command::new("sha256sum")
+            .args(["-c", "--quiet", "SHA256SUMS"])
+            .current_dir(&releases.dist)
+            .output()
+            .unwrap();
         check(out, "sha256sum -c SHA256SUMS");
         let elsewhere = scratch("elsewhere");
-        let tarball = releases.dist.join(format!("sys1rust-{VERSION}-{PLATFORM}.tar.gz"));
-        check(Command::new("tar").arg("-xzf").arg(&tarball).arg("-C").arg(&elsewhere).output().unwrap(), "tar -x");
+        let tarball = releases
+            .dist
+            .join(format!("sys1rust-{VERSION}-{PLATFORM}.tar.gz"));
+        check(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(&elsewhere)
+                .output()
+                .unwrap(),
+            "tar -x",
+        );
         let root = elsewhere.join(format!("sys1rust-{VERSION}-{PLATFORM}"));
         for file in [
             "bin/sys1rust",
@@ -479,10 +586,26 @@ mod linux {
         ] {
             assert!(root.join(file).exists(), "the bundle lacks {file}");
         }
-        assert_eq!(std::fs::read_to_string(root.join("VERSION")).unwrap().trim(), VERSION);
-        let out = check(Command::new(root.join("bin/sys1rust")).arg("--version").env_clear().output().unwrap(), "--version");
+        assert_eq!(
+            std::fs::read_to_string(root.join("VERSION"))
+                .unwrap()
+                .trim(),
+            VERSION
+        );
+        let out = check(
+            Command::new(root.join("bin/sys1rust"))
+                .arg("--version")
+                .env_clear()
+                .output()
+                .unwrap(),
+            "--version",
+        );
         assert_eq!(text(&out.stdout).trim(), format!("sys1rust {VERSION}"));
-        serve_tiny(&root.join("bin/sys1rust"), &elsewhere, &root.join("lib/mlx/lib"));
+        serve_tiny(
+            &root.join("bin/sys1rust"),
+            &elsewhere,
+            &root.join("lib/mlx/lib"),
+        );
     }
 
     /// Install with the service, serve from the install, update through `latest` with wget
@@ -490,26 +613,58 @@ mod linux {
     #[test]
     fn install_update_uninstall() {
         let h = Home::new("install");
-        let model = h.home.join(".cache/huggingface/hub/models--convaiinnovations--laya-typed-decisions/blobs/0123");
+        let model = h.home.join(
+            ".cache/huggingface/hub/models--convaiinnovations--laya-typed-decisions/blobs/0123",
+        );
         std::fs::create_dir_all(model.parent().unwrap()).unwrap();
         std::fs::write(&model, "weights").unwrap();
 
         // 1. A named release, with the service.
-        let out = check(h.install(&["--version", VERSION, "--service"], None), "install.sh --service");
+        let out = check(
+            h.install(&["--version", VERSION, "--service"], None),
+            "install.sh --service",
+        );
         let stdout = text(&out.stdout);
         let dest = h.data().join(VERSION);
-        assert!(stdout.contains(&format!("Installed sys1rust {VERSION} ({PLATFORM}) in {}", dest.display())), "{stdout}");
-        assert!(stdout.contains("Add ") && stdout.contains("export PATH=\"$HOME/.local/bin:$PATH\""), "no PATH hint:\n{stdout}");
+        assert!(
+            stdout.contains(&format!(
+                "Installed sys1rust {VERSION} ({PLATFORM}) in {}",
+                dest.display()
+            )),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("Add ") && stdout.contains("export PATH=\"$HOME/.local/bin:$PATH\""),
+            "no PATH hint:\n{stdout}"
+        );
         assert!(out.stderr.is_empty(), "stderr: {}", text(&out.stderr));
-        assert_eq!(std::fs::read_link(h.link()).unwrap(), dest.join("bin/sys1rust"));
+        assert_eq!(
+            std::fs::read_link(h.link()).unwrap(),
+            dest.join("bin/sys1rust")
+        );
         let unit = h.home.join(".config/systemd/user/sys1rust.service");
-        assert_eq!(std::fs::read_to_string(&unit).unwrap(), rendered_service(&h.home, "systemd"));
+        assert_eq!(
+            std::fs::read_to_string(&unit).unwrap(),
+            rendered_service(&h.home, "systemd")
+        );
         assert!(h.home.join(".config/sys1rust/env").is_file());
         assert_eq!(
             h.log("systemctl"),
-            ["--user show-environment", "--user daemon-reload", "--user enable --quiet sys1rust.service", "--user restart sys1rust.service"]
+            [
+                "--user show-environment",
+                "--user daemon-reload",
+                "--user enable --quiet sys1rust.service",
+                "--user restart sys1rust.service"
+            ]
         );
-        let out = check(Command::new(h.link()).arg("--version").env_clear().output().unwrap(), "sys1rust --version");
+        let out = check(
+            Command::new(h.link())
+                .arg("--version")
+                .env_clear()
+                .output()
+                .unwrap(),
+            "sys1rust --version",
+        );
         assert_eq!(text(&out.stdout).trim(), format!("sys1rust {VERSION}"));
         serve_tiny(&h.link(), &h.home, &dest.join("lib/mlx/lib"));
 
@@ -517,29 +672,72 @@ mod linux {
         // install and restarts the running service.
         if have("wget") {
             h.clear_log("systemctl");
-            let out = check(h.install(&[], Some(&path_without_curl(&h.dir).display().to_string())), "install.sh (update, wget)");
-            assert!(text(&out.stdout).contains("Installed sys1rust 9.0.1"), "{}", text(&out.stdout));
+            let out = check(
+                h.install(&[], Some(&path_without_curl(&h.dir).display().to_string())),
+                "install.sh (update, wget)",
+            );
+            assert!(
+                text(&out.stdout).contains("Installed sys1rust 9.0.1"),
+                "{}",
+                text(&out.stdout)
+            );
             assert_eq!(h.installed(), ["9.0.1"]);
-            assert_eq!(std::fs::read_link(h.link()).unwrap(), h.data().join("9.0.1/bin/sys1rust"));
-            assert_eq!(h.log("systemctl"), ["--user show-environment", "--user daemon-reload", "--user try-restart sys1rust.service"]);
-            check(Command::new(h.link()).arg("--version").env_clear().output().unwrap(), "sys1rust --version");
+            assert_eq!(
+                std::fs::read_link(h.link()).unwrap(),
+                h.data().join("9.0.1/bin/sys1rust")
+            );
+            assert_eq!(
+                h.log("systemctl"),
+                [
+                    "--user show-environment",
+                    "--user daemon-reload",
+                    "--user try-restart sys1rust.service"
+                ]
+            );
+            check(
+                Command::new(h.link())
+                    .arg("--version")
+                    .env_clear()
+                    .output()
+                    .unwrap(),
+                "sys1rust --version",
+            );
         } else {
             eprintln!("wget is not installed: the update uses curl");
         }
         // ... and again with curl: idempotent.
         check(h.install(&[], None), "install.sh (update)");
         assert_eq!(h.installed(), ["9.0.1"]);
-        assert_eq!(std::fs::read_link(h.link()).unwrap(), h.data().join("9.0.1/bin/sys1rust"));
+        assert_eq!(
+            std::fs::read_link(h.link()).unwrap(),
+            h.data().join("9.0.1/bin/sys1rust")
+        );
 
         // 3. Uninstall.
         h.clear_log("systemctl");
         let out = check(h.install(&["--uninstall"], None), "install.sh --uninstall");
         let stdout = text(&out.stdout);
         let cache = h.home.join(".cache/huggingface/hub");
-        assert!(stdout.contains(&format!("rm -rf {}/models--convaiinnovations--laya*", cache.display())), "{stdout}");
-        assert_eq!(h.files(), [model.strip_prefix(&h.home).unwrap().display().to_string()]);
-        assert_eq!(h.log("systemctl")[1], "--user disable --now --quiet sys1rust.service");
-        assert_eq!(std::fs::read_dir(&h.tmp).unwrap().count(), 0, "install.sh left files in TMPDIR");
+        assert!(
+            stdout.contains(&format!(
+                "rm -rf {}/models--convaiinnovations--laya*",
+                cache.display()
+            )),
+            "{stdout}"
+        );
+        assert_eq!(
+            h.files(),
+            [model.strip_prefix(&h.home).unwrap().display().to_string()]
+        );
+        assert_eq!(
+            h.log("systemctl")[1],
+            "--user disable --now --quiet sys1rust.service"
+        );
+        assert_eq!(
+            std::fs::read_dir(&h.tmp).unwrap().count(),
+            0,
+            "install.sh left files in TMPDIR"
+        );
     }
 
     /// A tarball that does not match SHA256SUMS, a release that does not exist and a platform
@@ -553,25 +751,47 @@ mod linux {
         let out = h.install(&["--version", "9.0.2"], None);
         let stderr = text(&out.stderr);
         assert!(!out.status.success(), "a tampered tarball was installed");
-        assert!(stderr.contains("does not match SHA256SUMS") && stderr.contains("refusing"), "{stderr}");
+        assert!(
+            stderr.contains("does not match SHA256SUMS") && stderr.contains("refusing"),
+            "{stderr}"
+        );
 
         let out = h.install(&["--version", "8.8.8"], None);
         assert!(!out.status.success());
-        assert!(text(&out.stderr).contains("is there a release 8.8.8?"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("is there a release 8.8.8?"),
+            "{}",
+            text(&out.stderr)
+        );
 
         let arm = h.dir.join("arm");
         std::fs::create_dir_all(&arm).unwrap();
-        write_script(&arm.join("uname"), "case $1 in -m) echo aarch64 ;; *) echo Linux ;; esac");
+        write_script(
+            &arm.join("uname"),
+            "case $1 in -m) echo aarch64 ;; *) echo Linux ;; esac",
+        );
         let out = h.install(&[], Some(&before_system(&arm)));
         assert!(!out.status.success());
-        assert!(text(&out.stderr).contains("there is no sys1rust release for Linux aarch64"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("there is no sys1rust release for Linux aarch64"),
+            "{}",
+            text(&out.stderr)
+        );
 
         let out = h.install(&[], None);
         assert!(out.status.success());
-        assert_eq!(h.installed(), ["9.0.1"], "a refused download left something behind, or the retry failed");
+        assert_eq!(
+            h.installed(),
+            ["9.0.1"],
+            "a refused download left something behind, or the retry failed"
+        );
         check(h.install(&["--version", VERSION], None), "install.sh");
         assert_eq!(h.files(), before, "refused installs changed HOME");
-        assert_eq!(std::fs::read_dir(&h.tmp).unwrap().count(), 0, "install.sh left files in TMPDIR");
+        assert_eq!(
+            std::fs::read_dir(&h.tmp).unwrap().count(),
+            0,
+            "install.sh left files in TMPDIR"
+        );
     }
 
     /// The macOS path, with `uname` saying Darwin arm64 and a stand-in `launchctl`: the
@@ -581,26 +801,53 @@ mod linux {
         let h = Home::new("macos");
         let mac = h.dir.join("mac");
         std::fs::create_dir_all(&mac).unwrap();
-        write_script(&mac.join("uname"), "case $1 in -m) echo arm64 ;; *) echo Darwin ;; esac");
+        write_script(
+            &mac.join("uname"),
+            "case $1 in -m) echo arm64 ;; *) echo Darwin ;; esac",
+        );
         // launchctl print answers for a loaded agent.
-        let out = check(h.install_with(&["--service"], Some(&before_system(&mac)), None), "install.sh --service (macOS)");
-        assert!(text(&out.stdout).contains("Installed sys1rust 9.0.1 (macos-arm64)"), "{}", text(&out.stdout));
+        let out = check(
+            h.install_with(&["--service"], Some(&before_system(&mac)), None),
+            "install.sh --service (macOS)",
+        );
+        assert!(
+            text(&out.stdout).contains("Installed sys1rust 9.0.1 (macos-arm64)"),
+            "{}",
+            text(&out.stdout)
+        );
         let plist = h.home.join("Library/LaunchAgents/io.github.sys1rust.plist");
-        assert_eq!(std::fs::read_to_string(&plist).unwrap(), rendered_service(&h.home, "launchd"));
-        let uid = text(&Command::new("id").arg("-u").output().unwrap().stdout).trim().to_owned();
+        assert_eq!(
+            std::fs::read_to_string(&plist).unwrap(),
+            rendered_service(&h.home, "launchd")
+        );
+        let uid = text(&Command::new("id").arg("-u").output().unwrap().stdout)
+            .trim()
+            .to_owned();
         assert_eq!(
             h.log("launchctl"),
-            [format!("bootout gui/{uid}/io.github.sys1rust"), format!("bootstrap gui/{uid} {}", plist.display())]
+            [
+                format!("bootout gui/{uid}/io.github.sys1rust"),
+                format!("bootstrap gui/{uid} {}", plist.display())
+            ]
         );
         assert!(h.home.join("Library/Logs").is_dir());
         h.clear_log("launchctl");
-        check(h.install_with(&[], Some(&before_system(&mac)), None), "install.sh (macOS update)");
+        check(
+            h.install_with(&[], Some(&before_system(&mac)), None),
+            "install.sh (macOS update)",
+        );
         assert_eq!(
             h.log("launchctl"),
-            [format!("print gui/{uid}/io.github.sys1rust"), format!("kickstart -k gui/{uid}/io.github.sys1rust")]
+            [
+                format!("print gui/{uid}/io.github.sys1rust"),
+                format!("kickstart -k gui/{uid}/io.github.sys1rust")
+            ]
         );
         std::fs::write(h.home.join("Library/Logs/sys1rust.log"), "log").unwrap();
-        check(h.install_with(&["--uninstall"], Some(&before_system(&mac)), None), "install.sh --uninstall (macOS)");
+        check(
+            h.install_with(&["--uninstall"], Some(&before_system(&mac)), None),
+            "install.sh --uninstall (macOS)",
+        );
         assert_eq!(h.files(), Vec::<String>::new());
     }
 }

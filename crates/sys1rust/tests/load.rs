@@ -38,8 +38,14 @@ fn timed_decision(s: &Server) -> (Duration, Duration) {
     let r = s.post_json("/v1/systemone", BODY);
     let took = started.elapsed();
     assert_eq!(r.status, 200, "decision: {}", r.text());
-    let inference = r.header("x-inference-time-ms").and_then(|v| v.parse::<f64>().ok()).expect("x-inference-time-ms");
-    (took, took.saturating_sub(Duration::from_secs_f64(inference / 1e3)))
+    let inference = r
+        .header("x-inference-time-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("x-inference-time-ms");
+    (
+        took,
+        took.saturating_sub(Duration::from_secs_f64(inference / 1e3)),
+    )
 }
 
 /// (a) `--max-concurrent 16`: 20 slow uploads at once (headers and part of the body, then
@@ -56,11 +62,18 @@ fn burst_of_slow_uploads_is_refused_at_once() {
     let threads: Vec<_> = (0..20)
         .map(|_| {
             let mut conn = TcpStream::connect(s.addr).expect("connect");
-            conn.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+            conn.set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("timeout");
             let barrier = barrier.clone();
             std::thread::spawn(move || {
                 let len = BODY.len().to_string();
-                let mut bytes = request_bytes("POST", "/v1/systemone", &[("content-length", &len)], None, false);
+                let mut bytes = request_bytes(
+                    "POST",
+                    "/v1/systemone",
+                    &[("content-length", &len)],
+                    None,
+                    false,
+                );
                 bytes.extend_from_slice(&BODY.as_bytes()[..20]);
                 barrier.wait();
                 conn.write_all(&bytes).expect("write slow request");
@@ -70,20 +83,41 @@ fn burst_of_slow_uploads_is_refused_at_once() {
             })
         })
         .collect();
-    let results: Vec<(Response, Duration)> = threads.into_iter().map(|t| t.join().expect("client thread")).collect();
+    let results: Vec<(Response, Duration)> = threads
+        .into_iter()
+        .map(|t| t.join().expect("client thread"))
+        .collect();
 
     let refused: Vec<_> = results.iter().filter(|(r, _)| r.status == 503).collect();
     let timed_out: Vec<_> = results.iter().filter(|(r, _)| r.status == 408).collect();
-    assert_eq!(refused.len(), 4, "4 of 20 refused: {:?}", results.iter().map(|(r, t)| (r.status, *t)).collect::<Vec<_>>());
+    assert_eq!(
+        refused.len(),
+        4,
+        "4 of 20 refused: {:?}",
+        results
+            .iter()
+            .map(|(r, t)| (r.status, *t))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(timed_out.len(), 16, "16 of 20 admitted, then timed out");
     for (r, took) in &refused {
         assert_eq!(detail(r), r#"{"detail":"server busy, try again later"}"#);
         assert_eq!(r.header("retry-after"), Some("1"));
-        assert!(*took < Duration::from_millis(200), "503 at once, took {took:?}");
+        assert!(
+            *took < Duration::from_millis(200),
+            "503 at once, took {took:?}"
+        );
     }
     for (r, took) in &timed_out {
-        assert_eq!(detail(r), r#"{"detail":"request body was not received in time"}"#);
-        assert!(*took >= deadline - Duration::from_millis(100) && *took < deadline + Duration::from_secs(3), "408 after the deadline, took {took:?}");
+        assert_eq!(
+            detail(r),
+            r#"{"detail":"request body was not received in time"}"#
+        );
+        assert!(
+            *took >= deadline - Duration::from_millis(100)
+                && *took < deadline + Duration::from_secs(3),
+            "408 after the deadline, took {took:?}"
+        );
     }
 
     // Every slot is free again: 16 requests at once are all admitted and answered.
@@ -93,13 +127,24 @@ fn burst_of_slow_uploads_is_refused_at_once() {
             let addr = s.addr;
             std::thread::spawn(move || {
                 let mut conn = TcpStream::connect(addr).expect("connect");
-                conn.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-                conn.write_all(&request_bytes("POST", "/v1/systemone", &[], Some(BODY.as_bytes()), false)).expect("write");
+                conn.set_read_timeout(Some(Duration::from_secs(30)))
+                    .expect("timeout");
+                conn.write_all(&request_bytes(
+                    "POST",
+                    "/v1/systemone",
+                    &[],
+                    Some(BODY.as_bytes()),
+                    false,
+                ))
+                .expect("write");
                 read_response(&mut conn).status
             })
         })
         .collect();
-    let statuses: Vec<u16> = threads.into_iter().map(|t| t.join().expect("client")).collect();
+    let statuses: Vec<u16> = threads
+        .into_iter()
+        .map(|t| t.join().expect("client"))
+        .collect();
     assert_eq!(statuses, vec![200; 16], "slots freed after the 408s");
     s.wait_admitted(0, None);
 }
@@ -124,8 +169,10 @@ fn idle_half_open_connections_do_not_delay_requests() {
         alone.extend((0..5).map(|_| timed_decision(&s)));
         let idle: Vec<TcpStream> = (0..500)
             .map(|i| {
-                let mut c = TcpStream::connect(s.addr).unwrap_or_else(|e| panic!("idle connection {i}: {e}"));
-                c.write_all(b"POST /v1/systemone HTTP/1.1\r\nhost: test\r\ncontent-ty").expect("partial head");
+                let mut c = TcpStream::connect(s.addr)
+                    .unwrap_or_else(|e| panic!("idle connection {i}: {e}"));
+                c.write_all(b"POST /v1/systemone HTTP/1.1\r\nhost: test\r\ncontent-ty")
+                    .expect("partial head");
                 c
             })
             .collect();
@@ -154,8 +201,18 @@ fn idle_half_open_connections_do_not_delay_requests() {
         outside(&loaded)
     );
     let bound = Duration::from_millis(50);
-    assert!(total(&loaded) < total(&alone) + bound, "500 idle connections delayed requests: {:?} vs {:?}", total(&loaded), total(&alone));
-    assert!(outside(&loaded) < outside(&alone) + bound, "500 idle connections delayed request handling: {:?} vs {:?}", outside(&loaded), outside(&alone));
+    assert!(
+        total(&loaded) < total(&alone) + bound,
+        "500 idle connections delayed requests: {:?} vs {:?}",
+        total(&loaded),
+        total(&alone)
+    );
+    assert!(
+        outside(&loaded) < outside(&alone) + bound,
+        "500 idle connections delayed request handling: {:?} vs {:?}",
+        outside(&loaded),
+        outside(&alone)
+    );
 }
 
 /// (c) SIGTERM while 8 requests are in flight: new connections are refused from then on, the
@@ -169,12 +226,22 @@ fn sigterm_finishes_in_flight_requests() {
     // Eight requests, each admitted with all but the last byte of its body sent, so they are
     // certainly in flight when the signal arrives.
     let mut conns: Vec<TcpStream> = (0..8)
-        .map(|_| s.stall("/v1/systemone", &[("content-type", "application/json")], BODY.len(), &BODY.as_bytes()[..BODY.len() - 1]))
+        .map(|_| {
+            s.stall(
+                "/v1/systemone",
+                &[("content-type", "application/json")],
+                BODY.len(),
+                &BODY.as_bytes()[..BODY.len() - 1],
+            )
+        })
         .collect();
     s.wait_admitted(8, None);
 
     let pid = s.child.id().to_string();
-    let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
     assert!(status.success(), "kill -TERM");
 
     // The listener closes: new connections are refused (within a moment of the signal).
@@ -184,22 +251,39 @@ fn sigterm_finishes_in_flight_requests() {
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
             Err(e) => panic!("unexpected connect error {e}"),
             Ok(_) => {
-                assert!(Instant::now() < refused_by, "still accepting connections after SIGTERM");
+                assert!(
+                    Instant::now() < refused_by,
+                    "still accepting connections after SIGTERM"
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
     }
-    assert!(s.child.try_wait().expect("try_wait").is_none(), "the server waits for its in-flight requests");
+    assert!(
+        s.child.try_wait().expect("try_wait").is_none(),
+        "the server waits for its in-flight requests"
+    );
 
     // The in-flight requests finish normally.
     for c in &mut conns {
-        c.write_all(&BODY.as_bytes()[BODY.len() - 1..]).expect("last byte");
+        c.write_all(&BODY.as_bytes()[BODY.len() - 1..])
+            .expect("last byte");
     }
     for (i, c) in conns.iter_mut().enumerate() {
         let r = read_response(c);
         assert_eq!(r.status, 200, "in-flight request {i}: {}", r.text());
-        assert_eq!(r.header("content-length").and_then(|v| v.parse().ok()), Some(r.body.len()), "request {i}: complete body");
-        assert!(r.text().starts_with(r#"{"model":"laya-rl-agent","answers":{"dept":"#) && r.text().ends_with('}'), "request {i}: {}", r.text());
+        assert_eq!(
+            r.header("content-length").and_then(|v| v.parse().ok()),
+            Some(r.body.len()),
+            "request {i}: complete body"
+        );
+        assert!(
+            r.text()
+                .starts_with(r#"{"model":"laya-rl-agent","answers":{"dept":"#)
+                && r.text().ends_with('}'),
+            "request {i}: {}",
+            r.text()
+        );
     }
 
     let exit_by = Instant::now() + Duration::from_secs(10);
@@ -207,7 +291,10 @@ fn sigterm_finishes_in_flight_requests() {
         if let Some(status) = s.child.try_wait().expect("try_wait") {
             break status;
         }
-        assert!(Instant::now() < exit_by, "the server did not exit after SIGTERM");
+        assert!(
+            Instant::now() < exit_by,
+            "the server did not exit after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "exit status after SIGTERM: {status:?}");
@@ -222,27 +309,47 @@ fn second_sigterm_exits_at_once() {
     let mut stalled = s.stall("/v1/systemone", &[], BODY.len(), b"{");
     s.wait_admitted(1, None);
     let pid = s.child.id().to_string();
-    let term = || assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let term = || {
+        assert!(std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success())
+    };
     term();
     // The first signal is being handled once new connections are refused.
     let refused_by = Instant::now() + Duration::from_secs(3);
     while TcpStream::connect(s.addr).is_ok() {
-        assert!(Instant::now() < refused_by, "still accepting connections after SIGTERM");
+        assert!(
+            Instant::now() < refused_by,
+            "still accepting connections after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(200));
-    assert!(s.child.try_wait().expect("try_wait").is_none(), "the first signal waits for the stalled upload");
+    assert!(
+        s.child.try_wait().expect("try_wait").is_none(),
+        "the first signal waits for the stalled upload"
+    );
     let signalled = Instant::now();
     term();
     let status = loop {
         if let Some(status) = s.child.try_wait().expect("try_wait") {
             break status;
         }
-        assert!(signalled.elapsed() < Duration::from_secs(5), "the second signal did not stop the server");
+        assert!(
+            signalled.elapsed() < Duration::from_secs(5),
+            "the second signal did not stop the server"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(!status.success(), "abandoning in-flight work is a failure exit: {status:?}");
-    stalled.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    assert!(
+        !status.success(),
+        "abandoning in-flight work is a failure exit: {status:?}"
+    );
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
     let mut buf = Vec::new();
     let _ = std::io::Read::read_to_end(&mut stalled, &mut buf);
     assert!(buf.is_empty(), "the dropped request got no answer");

@@ -7,8 +7,11 @@ use support::Server;
 
 /// The JSON body of the README's `curl ... -d '<body>'` example.
 fn readme_body() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md");
-    let start = readme.find("curl -s http://127.0.0.1:8000/v1/systemone").expect("the curl example");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("curl -s http://127.0.0.1:8000/v1/systemone")
+        .expect("the curl example");
     let body = &readme[start..];
     let open = body.find("-d '").expect("a -d body") + 4;
     let close = body[open..].find('\'').expect("the closing quote") + open;

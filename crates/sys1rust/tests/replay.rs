@@ -31,9 +31,17 @@ fn header_matches(expected: &str, got: Option<&str>) -> bool {
     }
     // `<ms>` stands for a `%.2f` number.
     let (prefix, suffix) = expected.split_once("<ms>").unwrap_or((expected, ""));
-    let Some(number) = got.strip_prefix(prefix).and_then(|g| g.strip_suffix(suffix)) else { return false };
+    let Some(number) = got
+        .strip_prefix(prefix)
+        .and_then(|g| g.strip_suffix(suffix))
+    else {
+        return false;
+    };
     let (int, frac) = number.split_once('.').unwrap_or(("", ""));
-    !int.is_empty() && int.bytes().all(|b| b.is_ascii_digit()) && frac.len() == 2 && frac.bytes().all(|b| b.is_ascii_digit())
+    !int.is_empty()
+        && int.bytes().all(|b| b.is_ascii_digit())
+        && frac.len() == 2
+        && frac.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn compact(v: &Value) -> String {
@@ -47,7 +55,10 @@ fn compare_answer_f16(mine: &Object, up: &Object, ctx: &str, worst: &mut f64, fl
     let number = |v: Option<&Value>| v.and_then(Value::as_number_f64).unwrap_or(f64::NAN);
     let probs = |o: &Object| -> Vec<f64> {
         match o.get("probabilities") {
-            Some(Value::Object(p)) => p.values().map(|v| v.as_number_f64().unwrap_or(f64::NAN)).collect(),
+            Some(Value::Object(p)) => p
+                .values()
+                .map(|v| v.as_number_f64().unwrap_or(f64::NAN))
+                .collect(),
             _ => vec![1.0 - number(o.get("noul")), number(o.get("noul"))],
         }
     };
@@ -63,17 +74,28 @@ fn compare_answer_f16(mine: &Object, up: &Object, ctx: &str, worst: &mut f64, fl
             let mut sorted = pu.clone();
             sorted.sort_by(|a, b| b.total_cmp(a));
             let gap = sorted[0] - sorted.get(1).copied().unwrap_or(0.0);
-            assert!(gap <= 0.02, "{ctx}: choice {} vs upstream {} with a gap of {gap}", compact(cm), compact(cu));
+            assert!(
+                gap <= 0.02,
+                "{ctx}: choice {} vs upstream {} with a gap of {gap}",
+                compact(cm),
+                compact(cu)
+            );
             *flips += 1;
         }
     }
     for key in ["type", "legend"] {
-        assert_eq!(mine.get(key).map(compact), up.get(key).map(compact), "{ctx}: {key}");
+        assert_eq!(
+            mine.get(key).map(compact),
+            up.get(key).map(compact),
+            "{ctx}: {key}"
+        );
     }
 }
 
 fn compare_result_f16(mine: &Value, up: &Value, ctx: &str, worst: &mut f64, flips: &mut usize) {
-    let (Value::Object(m), Value::Object(u)) = (mine, up) else { panic!("{ctx}: result is not an object") };
+    let (Value::Object(m), Value::Object(u)) = (mine, up) else {
+        panic!("{ctx}: result is not an object")
+    };
     let keys = |o: &Object| o.keys().map(str::to_owned).collect::<Vec<_>>();
     assert_eq!(keys(m), keys(u), "{ctx}: result keys");
     for (k, uv) in u.iter() {
@@ -82,7 +104,9 @@ fn compare_result_f16(mine: &Value, up: &Value, ctx: &str, worst: &mut f64, flip
             ("answers", Value::Object(ma), Value::Object(ua)) => {
                 assert_eq!(keys(ma), keys(ua), "{ctx}: answer ids");
                 for (qid, ua) in ua.iter() {
-                    let (Some(Value::Object(ma)), Value::Object(ua)) = (ma.get(qid), ua) else { panic!("{ctx}: answer") };
+                    let (Some(Value::Object(ma)), Value::Object(ua)) = (ma.get(qid), ua) else {
+                        panic!("{ctx}: answer")
+                    };
                     compare_answer_f16(ma, ua, &format!("{ctx} {qid}"), worst, flips);
                 }
             }
@@ -112,28 +136,53 @@ fn replay(mode: Mode) {
         for workload in WORKLOADS {
             for reference in references(ckpt, workload) {
                 let ctx = format!("{precision} {ckpt}/{workload} {}", reference.id);
-                let headers: Vec<(&str, &str)> =
-                    reference.request_headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let headers: Vec<(&str, &str)> = reference
+                    .request_headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
                 let headers = if headers.is_empty() && reference.request_body.is_some() {
                     vec![("content-type", "application/json")]
                 } else {
                     headers
                 };
-                let resp = server.send(&reference.method, &reference.path, &headers, reference.request_body.as_deref());
-                assert_eq!(resp.status, reference.status, "{ctx}: status; body {}", resp.text());
+                let resp = server.send(
+                    &reference.method,
+                    &reference.path,
+                    &headers,
+                    reference.request_body.as_deref(),
+                );
+                assert_eq!(
+                    resp.status,
+                    reference.status,
+                    "{ctx}: status; body {}",
+                    resp.text()
+                );
                 for (name, value) in &reference.headers {
-                    assert!(header_matches(value, resp.header(name)), "{ctx}: header {name}: {:?} vs upstream {value:?}", resp.header(name));
+                    assert!(
+                        header_matches(value, resp.header(name)),
+                        "{ctx}: header {name}: {:?} vs upstream {value:?}",
+                        resp.header(name)
+                    );
                 }
                 let body = resp.text();
-                let decision = reference.status == 200 && reference.path.starts_with("/v1/systemone");
+                let decision =
+                    reference.status == 200 && reference.path.starts_with("/v1/systemone");
                 if !decision || body == reference.body {
                     assert_eq!(body, reference.body, "{ctx}: body");
                 } else if mode == Mode::F32 {
-                    let unrounded = unrounded_body(&mut oracle, &reference).unwrap_or_else(|| reference.body.clone());
-                    boundary += check_f32(&body, &reference.body, &unrounded, BOUNDARY).unwrap_or_else(|e| panic!("{ctx}: {e}")).len();
+                    let unrounded = unrounded_body(&mut oracle, &reference)
+                        .unwrap_or_else(|| reference.body.clone());
+                    boundary += check_f32(&body, &reference.body, &unrounded, BOUNDARY)
+                        .unwrap_or_else(|e| panic!("{ctx}: {e}"))
+                        .len();
                 } else {
-                    let mine = pyjson::loads(body.as_bytes()).expect("our body is JSON").value;
-                    let up = pyjson::loads(reference.body.as_bytes()).expect("upstream body is JSON").value;
+                    let mine = pyjson::loads(body.as_bytes())
+                        .expect("our body is JSON")
+                        .value;
+                    let up = pyjson::loads(reference.body.as_bytes())
+                        .expect("upstream body is JSON")
+                        .value;
                     compare_result_f16(&mine, &up, &ctx, &mut worst, &mut flips);
                 }
                 checked += 1;
@@ -141,7 +190,11 @@ fn replay(mode: Mode) {
         }
     }
     println!("{precision}: {checked} requests replayed; {boundary} numbers on a rounding boundary; f16 max probability error {worst:.5}, near-tie flips {flips}");
-    assert_eq!(checked, 2 * (24 + 40 + 117), "every recorded request is replayed");
+    assert_eq!(
+        checked,
+        2 * (24 + 40 + 117),
+        "every recorded request is replayed"
+    );
 }
 
 #[test]

@@ -17,8 +17,16 @@ fn too_large() -> ApiError {
 /// Reads the whole body within `deadline`, refusing more than `limit` bytes. A body in
 /// `Content-Encoding: gzip` or `zstd` is decompressed with the same limit on the output, so a
 /// small compressed body cannot expand past what an uncompressed one may be.
-pub async fn read(headers: &HeaderMap, body: Body, limit: usize, deadline: Duration) -> Result<Vec<u8>, ApiError> {
-    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()) {
+pub async fn read(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Vec<u8>, ApiError> {
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+    {
         if len.trim().parse::<u64>().is_ok_and(|n| n > limit as u64) {
             return Err(too_large());
         }
@@ -31,7 +39,9 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize, deadline: Durat
         .await
         .map_err(|_| ApiError::new(408, "request body was not received in time"))??;
     match encoding.as_deref() {
-        Some("gzip") | Some("x-gzip") => decompress(flate2::read::MultiGzDecoder::new(&raw[..]), limit),
+        Some("gzip") | Some("x-gzip") => {
+            decompress(flate2::read::MultiGzDecoder::new(&raw[..]), limit)
+        }
         Some("zstd") => match zstd::stream::read::Decoder::new(&raw[..]) {
             Ok(d) => decompress(d, limit),
             Err(_) => Err(ApiError::new(400, "request body must be valid JSON")),

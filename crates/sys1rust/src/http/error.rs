@@ -32,7 +32,10 @@ impl ApiError {
     }
 
     pub fn busy() -> ApiError {
-        ApiError { retry_after: true, ..ApiError::new(503, "server busy, try again later") }
+        ApiError {
+            retry_after: true,
+            ..ApiError::new(503, "server busy, try again later")
+        }
     }
 
     pub fn not_found() -> ApiError {
@@ -40,7 +43,10 @@ impl ApiError {
     }
 
     pub fn method_not_allowed(allow: &'static str) -> ApiError {
-        ApiError { allow: Some(allow), ..ApiError::new(405, "Method Not Allowed") }
+        ApiError {
+            allow: Some(allow),
+            ..ApiError::new(405, "Method Not Allowed")
+        }
     }
 
     pub fn inference_failed() -> ApiError {
@@ -51,14 +57,20 @@ impl ApiError {
 impl From<laya_core::request::ApiError> for ApiError {
     fn from(e: laya_core::request::ApiError) -> Self {
         let plain_text = e.is_unhandled();
-        ApiError { plain_text, ..ApiError::new(e.status, e.detail) }
+        ApiError {
+            plain_text,
+            ..ApiError::new(e.status, e.detail)
+        }
     }
 }
 
 /// A JSON response with upstream's bare `application/json` content type.
 pub fn json_response(status: StatusCode, body: String) -> Response {
     let mut resp = (status, body).into_response();
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     resp
 }
 
@@ -66,7 +78,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.plain_text {
             let mut resp = (self.status, self.detail).into_response();
-            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
             return resp;
         }
         let mut body = String::with_capacity(self.detail.len() + 12);
@@ -75,10 +90,12 @@ impl IntoResponse for ApiError {
         body.push('}');
         let mut resp = json_response(self.status, body);
         if self.retry_after {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if let Some(allow) = self.allow {
-            resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
         resp
     }

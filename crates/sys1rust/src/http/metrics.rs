@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Bucket upper bounds in seconds, shared by the latency and inference-time histograms.
-const BUCKETS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+const BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 #[derive(Default)]
 struct Histogram {
@@ -24,18 +26,31 @@ impl Histogram {
             }
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
     }
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}", self.counts[i].load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}",
+                self.counts[i].load(Ordering::Relaxed)
+            );
         }
         let count = self.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(
+            out,
+            "{name}_sum{braces} {}",
+            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        );
         let _ = writeln!(out, "{name}_count{braces} {count}");
     }
 }
@@ -69,10 +84,18 @@ impl Metrics {
         self.latency[route_index(route)].observe(seconds);
     }
 
-    pub fn inference(&self, route: &'static str, seconds: f64, input_tokens: u64, truncated: u64, decisions: u64) {
+    pub fn inference(
+        &self,
+        route: &'static str,
+        seconds: f64,
+        input_tokens: u64,
+        truncated: u64,
+        decisions: u64,
+    ) {
         self.inference[route_index(route)].observe(seconds);
         self.input_tokens.fetch_add(input_tokens, Ordering::Relaxed);
-        self.truncated_states.fetch_add(truncated, Ordering::Relaxed);
+        self.truncated_states
+            .fetch_add(truncated, Ordering::Relaxed);
         self.decisions.fetch_add(decisions, Ordering::Relaxed);
     }
 
@@ -84,30 +107,76 @@ impl Metrics {
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        out.push_str("# HELP sys1_requests_total Decision requests answered, by route and status.\n");
+        out.push_str(
+            "# HELP sys1_requests_total Decision requests answered, by route and status.\n",
+        );
         out.push_str("# TYPE sys1_requests_total counter\n");
-        let mut reqs = self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut reqs = self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         reqs.sort();
         for ((route, status), n) in reqs {
-            let _ = writeln!(out, "sys1_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "sys1_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+            );
         }
-        out.push_str("# HELP sys1_request_duration_seconds Time from admission to the response, by route.\n");
+        out.push_str(
+            "# HELP sys1_request_duration_seconds Time from admission to the response, by route.\n",
+        );
         out.push_str("# TYPE sys1_request_duration_seconds histogram\n");
         for (i, route) in ["single", "batch"].iter().enumerate() {
-            self.latency[i].render(&mut out, "sys1_request_duration_seconds", &format!("route=\"{route}\""));
+            self.latency[i].render(
+                &mut out,
+                "sys1_request_duration_seconds",
+                &format!("route=\"{route}\""),
+            );
         }
         out.push_str("# HELP sys1_inference_duration_seconds Inference time (X-Inference-Time-Ms), by route.\n");
         out.push_str("# TYPE sys1_inference_duration_seconds histogram\n");
         for (i, route) in ["single", "batch"].iter().enumerate() {
-            self.inference[i].render(&mut out, "sys1_inference_duration_seconds", &format!("route=\"{route}\""));
+            self.inference[i].render(
+                &mut out,
+                "sys1_inference_duration_seconds",
+                &format!("route=\"{route}\""),
+            );
         }
         let gauge = |out: &mut String, name: &str, help: &str, kind: &str, v: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
         };
-        gauge(&mut out, "sys1_queue_depth", "Admitted decision requests (uploading, queued or running).", "gauge", self.in_flight.load(Ordering::Relaxed));
-        gauge(&mut out, "sys1_input_tokens_total", "Tokens run through the model.", "counter", self.input_tokens.load(Ordering::Relaxed));
-        gauge(&mut out, "sys1_truncated_states_total", "States whose tokens did not all fit a row.", "counter", self.truncated_states.load(Ordering::Relaxed));
-        gauge(&mut out, "sys1_decisions_total", "Answers produced (one per state and question).", "counter", self.decisions.load(Ordering::Relaxed));
+        gauge(
+            &mut out,
+            "sys1_queue_depth",
+            "Admitted decision requests (uploading, queued or running).",
+            "gauge",
+            self.in_flight.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "sys1_input_tokens_total",
+            "Tokens run through the model.",
+            "counter",
+            self.input_tokens.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "sys1_truncated_states_total",
+            "States whose tokens did not all fit a row.",
+            "counter",
+            self.truncated_states.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "sys1_decisions_total",
+            "Answers produced (one per state and question).",
+            "counter",
+            self.decisions.load(Ordering::Relaxed),
+        );
         out
     }
 }

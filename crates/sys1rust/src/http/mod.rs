@@ -63,11 +63,18 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(cfg: HttpConfig, worker: WorkerHandle, max_concurrent: usize, info: WorkerInfo) -> AppState {
+    pub fn new(
+        cfg: HttpConfig,
+        worker: WorkerHandle,
+        max_concurrent: usize,
+        info: WorkerInfo,
+    ) -> AppState {
         AppState {
             cfg: Arc::new(cfg),
             worker,
-            admission: Arc::new(Semaphore::new(max_concurrent.clamp(1, Semaphore::MAX_PERMITS))),
+            admission: Arc::new(Semaphore::new(
+                max_concurrent.clamp(1, Semaphore::MAX_PERMITS),
+            )),
             metrics: Arc::new(Metrics::default()),
             info: Arc::new(info),
         }
@@ -87,7 +94,13 @@ pub fn app(state: AppState) -> Router {
         // axum answers HEAD for GET routes; upstream (Starlette) does not, so HEAD is a 405.
         // Its headers are the JSON 405's (content type and length, as uvicorn sends them);
         // the body is dropped because the request is a HEAD.
-        .route("/health", only("GET", get(health).head(|| async { ApiError::method_not_allowed("GET") })))
+        .route(
+            "/health",
+            only(
+                "GET",
+                get(health).head(|| async { ApiError::method_not_allowed("GET") }),
+            ),
+        )
         .route("/metrics", only("GET", get(metrics)));
     if open {
         router = router.route("/openapi.json", only("GET", get(openapi::document)));
@@ -100,10 +113,15 @@ pub fn app(state: AppState) -> Router {
 async fn not_found(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
     let path = uri.path();
     if let Some(trimmed) = path.strip_suffix('/') {
-        let known = matches!(trimmed, "/v1/systemone" | "/v1/systemone/batch" | "/health" | "/metrics")
-            || (trimmed == "/openapi.json" && state.cfg.api_key.is_none());
+        let known = matches!(
+            trimmed,
+            "/v1/systemone" | "/v1/systemone/batch" | "/health" | "/metrics"
+        ) || (trimmed == "/openapi.json" && state.cfg.api_key.is_none());
         if known {
-            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+            let host = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("localhost");
             let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
             let location = format!("http://{host}{trimmed}{query}");
             let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
@@ -120,7 +138,9 @@ async fn not_found(State(state): State<AppState>, headers: HeaderMap, uri: Uri) 
 /// parser, must equal `Bearer <key>` byte for byte (constant-time).
 fn authorized(cfg: &HttpConfig, headers: &HeaderMap) -> bool {
     let Some(key) = &cfg.api_key else { return true };
-    let Some(value) = headers.get(header::AUTHORIZATION) else { return false };
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return false;
+    };
     let given = value.as_bytes().trim_ascii();
     let expected = format!("Bearer {key}");
     given.len() == expected.len() && bool::from(given.ct_eq(expected.as_bytes()))
@@ -175,7 +195,8 @@ fn write_result(
             report.write_json(out);
             if let Some(x) = jev {
                 out.push_str(",\"x_jev_confidence\":");
-                laya_core::pyjson::write_json_float(out, x, false).map_err(|_| render::NonFinite)?;
+                laya_core::pyjson::write_json_float(out, x, false)
+                    .map_err(|_| render::NonFinite)?;
             }
             out.push('}');
         }
@@ -215,21 +236,60 @@ async fn admit_and_read<'a>(
     if !authorized(&state.cfg, headers) {
         return Err(ApiError::unauthorized());
     }
-    let permit = state.admission.clone().try_acquire_owned().map_err(|_| ApiError::busy())?;
-    let admitted = Admitted { _permit: permit, _gauge: state.metrics.admitted() };
+    let permit = state
+        .admission
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::busy())?;
+    let admitted = Admitted {
+        _permit: permit,
+        _gauge: state.metrics.admitted(),
+    };
     let bytes = body::read(headers, body, BODY_LIMIT, state.cfg.body_timeout).await?;
     Ok((admitted, bytes))
 }
 
+/// Upstream's step 11, run by the validator in its place in the order: resolves the `model`
+/// field and keeps the pinned checkpoint for routing.
+fn model_check<'a>(
+    cfg: &'a HttpConfig,
+    pin: &'a mut Option<routing::Checkpoint>,
+) -> impl FnOnce(&laya_core::pyjson::Value) -> Result<(), request::ApiError> + 'a {
+    move |model| {
+        *pin = routing::resolve_model_field(model, &cfg.routing).map_err(|detail| {
+            request::ApiError {
+                status: 422,
+                detail,
+            }
+        })?;
+        Ok(())
+    }
+}
+
 fn record_inference(state: &AppState, route: &'static str, decided: &Decided) {
-    let tokens: usize = decided.results.iter().map(|(r, _)| r.usage.input_tokens).sum();
+    let tokens: usize = decided
+        .results
+        .iter()
+        .map(|(r, _)| r.usage.input_tokens)
+        .sum();
     let truncated = decided
         .results
         .iter()
-        .filter(|(r, _)| r.usage.state.as_ref().is_some_and(|s| matches!(s.truncated, Truncated::Flag(true))))
+        .filter(|(r, _)| {
+            r.usage
+                .state
+                .as_ref()
+                .is_some_and(|s| matches!(s.truncated, Truncated::Flag(true)))
+        })
         .count();
     let answers: usize = decided.results.iter().map(|(r, _)| r.answers.len()).sum();
-    state.metrics.inference(route, decided.inference_ms / 1e3, tokens as u64, truncated as u64, answers as u64);
+    state.metrics.inference(
+        route,
+        decided.inference_ms / 1e3,
+        tokens as u64,
+        truncated as u64,
+        answers as u64,
+    );
 }
 
 async fn decide(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
@@ -238,20 +298,23 @@ async fn decide(State(state): State<AppState>, headers: HeaderMap, body: Body) -
         Ok(resp) => resp,
         Err(e) => e.into_response(),
     };
-    state.metrics.request("single", resp.status().as_u16(), started.elapsed().as_secs_f64());
+    state.metrics.request(
+        "single",
+        resp.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
     resp
 }
 
-async fn decide_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn decide_inner(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let (_admitted, bytes) = admit_and_read(state, headers, body).await?;
     let cfg = &state.cfg;
-    let req = request::parse_decision(&bytes, &cfg.limits, |model| {
-        routing::resolve_model_field(model, &cfg.routing).map(|_| ()).map_err(|detail| request::ApiError { status: 422, detail })
-    })?;
-    let pin = match &req.model {
-        Some(model) => routing::resolve_model_field(model, &cfg.routing).map_err(|d| ApiError::new(422, d))?,
-        None => None,
-    };
+    let mut pin = None;
+    let req = request::parse_decision(&bytes, &cfg.limits, model_check(cfg, &mut pin))?;
     let decision = Decision {
         states: vec![req.state],
         questions: req.questions,
@@ -266,9 +329,17 @@ async fn decide_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Resu
     let mut decided = state.worker.decide(decision).await.map_err(failure)?;
     record_inference(state, "single", &decided);
     let mut out = String::with_capacity(1024);
-    let (result, routing) = decided.results.first_mut().ok_or_else(ApiError::inference_failed)?;
-    let tournament = decided.tournaments.first().map(Vec::as_slice).unwrap_or_default();
-    write_result(&mut out, result, routing, tournament, cfg.jev_strict).map_err(|e| ApiError::new(422, e.to_string()))?;
+    let (result, routing) = decided
+        .results
+        .first_mut()
+        .ok_or_else(ApiError::inference_failed)?;
+    let tournament = decided
+        .tournaments
+        .first()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    write_result(&mut out, result, routing, tournament, cfg.jev_strict)
+        .map_err(|e| ApiError::new(422, e.to_string()))?;
     let mut resp = json_response(StatusCode::OK, out);
     timing_headers(&mut resp, decided.inference_ms);
     Ok(resp)
@@ -280,20 +351,23 @@ async fn batch(State(state): State<AppState>, headers: HeaderMap, body: Body) ->
         Ok(resp) => resp,
         Err(e) => e.into_response(),
     };
-    state.metrics.request("batch", resp.status().as_u16(), started.elapsed().as_secs_f64());
+    state.metrics.request(
+        "batch",
+        resp.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
     resp
 }
 
-async fn batch_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn batch_inner(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let (_admitted, bytes) = admit_and_read(state, headers, body).await?;
     let cfg = &state.cfg;
-    let req = request::parse_batch(&bytes, &cfg.limits, |model| {
-        routing::resolve_model_field(model, &cfg.routing).map(|_| ()).map_err(|detail| request::ApiError { status: 422, detail })
-    })?;
-    let pin = match &req.model {
-        Some(model) => routing::resolve_model_field(model, &cfg.routing).map_err(|d| ApiError::new(422, d))?,
-        None => None,
-    };
+    let mut pin = None;
+    let req = request::parse_batch(&bytes, &cfg.limits, model_check(cfg, &mut pin))?;
     // `opts.batch_size` already holds upstream's pass size (the client's, capped by
     // LAYA_MAX_BATCH_TOKENS chunking).
     let opts = req.opts;
@@ -319,10 +393,17 @@ async fn batch_inner(state: &AppState, headers: &HeaderMap, body: Body) -> Resul
         }
         input_tokens += result.usage.input_tokens;
         output_tokens += result.usage.output_tokens;
-        let tournament = decided.tournaments.get(i).map(Vec::as_slice).unwrap_or_default();
-        write_result(&mut out, result, routing, tournament, cfg.jev_strict).map_err(|e| ApiError::new(422, e.to_string()))?;
+        let tournament = decided
+            .tournaments
+            .get(i)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        write_result(&mut out, result, routing, tournament, cfg.jev_strict)
+            .map_err(|e| ApiError::new(422, e.to_string()))?;
     }
-    out.push_str(&format!("],\"total_usage\":{{\"input_tokens\":{input_tokens},\"output_tokens\":{output_tokens}}}}}"));
+    out.push_str(&format!(
+        "],\"total_usage\":{{\"input_tokens\":{input_tokens},\"output_tokens\":{output_tokens}}}}}"
+    ));
     let mut resp = json_response(StatusCode::OK, out);
     timing_headers(&mut resp, decided.inference_ms);
     Ok(resp)
@@ -345,7 +426,9 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
             f(out, name);
         }
     };
-    list(&mut out, &|out, name| laya_core::pyjson::write_str(out, name));
+    list(&mut out, &|out, name| {
+        laya_core::pyjson::write_str(out, name)
+    });
     // Load order (upstream's `revisions`): the three names as preloaded.
     out.push_str("],\"revisions\":{");
     let revision = match &state.cfg.revision {
@@ -381,7 +464,9 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
         return ApiError::unauthorized().into_response();
     }
     let mut resp = state.metrics.render().into_response();
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
     resp
 }

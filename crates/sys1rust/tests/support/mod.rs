@@ -25,11 +25,15 @@ impl Server {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::inherit());
+        cmd.env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("sys1rust starts");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("ready line");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("ready line");
         assert!(!line.is_empty(), "the server exited before its ready line");
         let addr = line
             .split("\"address\":\"")
@@ -37,7 +41,11 @@ impl Server {
             .and_then(|s| s.split('"').next())
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("no address in the ready line {line:?}"));
-        Server { child, addr, ready: line }
+        Server {
+            child,
+            addr,
+            ready: line,
+        }
     }
 
     pub fn tiny(extra: &[&str]) -> Server {
@@ -49,19 +57,31 @@ impl Server {
 
     pub fn connect(&self) -> TcpStream {
         let s = TcpStream::connect(self.addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
+        s.set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("timeout");
         s
     }
 
     /// One request on a fresh connection.
-    pub fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Response {
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Response {
         let mut s = self.connect();
         write_request(&mut s, method, path, headers, body);
         read_response(&mut s)
     }
 
     pub fn post_json(&self, path: &str, body: &str) -> Response {
-        self.send("POST", path, &[("content-type", "application/json")], Some(body.as_bytes()))
+        self.send(
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            Some(body.as_bytes()),
+        )
     }
 }
 
@@ -76,13 +96,21 @@ pub fn checkpoint(name: &str) -> PathBuf {
     fixtures_dir().join("checkpoints").join(name)
 }
 
-pub fn write_request(s: &mut TcpStream, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) {
+pub fn write_request(
+    s: &mut TcpStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) {
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     if let Some(b) = body {
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding")) {
+        if !headers.iter().any(|(k, _)| {
+            k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding")
+        }) {
             head.push_str(&format!("content-length: {}\r\n", b.len()));
         }
     }
@@ -103,7 +131,10 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn text(&self) -> String {
@@ -116,7 +147,11 @@ pub fn read_response(s: &mut TcpStream) -> Response {
     let mut reader = BufReader::new(s);
     let mut status_line = String::new();
     reader.read_line(&mut status_line).expect("status line");
-    let status = status_line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
@@ -130,7 +165,11 @@ pub fn read_response(s: &mut TcpStream) -> Response {
         }
     }
     let mut body = Vec::new();
-    match headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse::<usize>().ok()) {
+    match headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+    {
         Some(n) => {
             body.resize(n, 0);
             reader.read_exact(&mut body).expect("body");
@@ -139,12 +178,22 @@ pub fn read_response(s: &mut TcpStream) -> Response {
             let _ = reader.read_to_end(&mut body);
         }
     }
-    Response { status, headers, body }
+    Response {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// The bytes of one HTTP/1.1 request: `host: test`, `connection: close` unless `keep_alive`,
 /// and a `content-length` for `body` unless the headers already frame it.
-pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>, keep_alive: bool) -> Vec<u8> {
+pub fn request_bytes(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    keep_alive: bool,
+) -> Vec<u8> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: test\r\n");
     if !keep_alive {
         head.push_str("connection: close\r\n");
@@ -153,7 +202,9 @@ pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: O
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     if let Some(b) = body {
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding")) {
+        if !headers.iter().any(|(k, _)| {
+            k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding")
+        }) {
             head.push_str(&format!("content-length: {}\r\n", b.len()));
         }
     }
@@ -181,7 +232,13 @@ impl Server {
 
     /// Headers plus the first part of a body whose `content-length` is `total`, then nothing:
     /// a stalled upload. The connection is returned for the caller to finish or drop.
-    pub fn stall(&self, path: &str, headers: &[(&str, &str)], total: usize, first: &[u8]) -> TcpStream {
+    pub fn stall(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        total: usize,
+        first: &[u8],
+    ) -> TcpStream {
         let mut s = self.connect();
         let len = total.to_string();
         let mut all: Vec<(&str, &str)> = headers.to_vec();
@@ -194,7 +251,8 @@ impl Server {
 
     /// `sys1_queue_depth` from `/metrics`: admitted decision requests (uploading, queued or running).
     pub fn queue_depth(&self, auth: Option<&str>) -> u64 {
-        let headers: Vec<(&str, &str)> = auth.map(|a| vec![("authorization", a)]).unwrap_or_default();
+        let headers: Vec<(&str, &str)> =
+            auth.map(|a| vec![("authorization", a)]).unwrap_or_default();
         let resp = self.send("GET", "/metrics", &headers, None);
         assert_eq!(resp.status, 200, "/metrics: {}", resp.text());
         resp.text()
@@ -212,7 +270,10 @@ impl Server {
             if depth == n {
                 return;
             }
-            assert!(std::time::Instant::now() < deadline, "{depth} requests admitted, expected {n}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{depth} requests admitted, expected {n}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
