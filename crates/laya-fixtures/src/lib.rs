@@ -15,4 +15,4 @@ pub use references::{
     fixtures_dir, read_jsonl, references, DecisionCall, RefRow, Reference, Replay, CHECKPOINTS,
     WORKLOADS,
 };
-pub use unrounded::{open_text, unrounded_body, upstream_results};
+pub use unrounded::{open_text, unrounded_body, unrounded_like, upstream_results};

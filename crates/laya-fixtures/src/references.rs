@@ -55,6 +55,16 @@ pub struct RefRow {
     pub act_logits: Vec<f32>,
 }
 
+impl RefRow {
+    /// Upstream's outputs for this row, as an engine returns them.
+    pub fn output(&self) -> RowLogits {
+        RowLogits {
+            logits: self.logits.clone(),
+            act_logits: self.act_logits.clone(),
+        }
+    }
+}
+
 /// One recorded request and upstream's answer.
 #[derive(Debug, Clone)]
 pub struct Reference {
@@ -182,6 +192,14 @@ impl Reference {
         }
     }
 
+    /// The row upstream ran for question `qid` of state `state` (0 on the single route).
+    pub fn row(&self, state: usize, qid: &str) -> Option<&RefRow> {
+        self.passes
+            .iter()
+            .flatten()
+            .find(|r| r.qid == qid && r.state.unwrap_or(0) == state)
+    }
+
     /// The parsed request body (Python `json.loads` rules), if any.
     pub fn request_value(&self) -> Option<Value> {
         self.request_body
@@ -277,10 +295,7 @@ impl Replay {
                 r.row.qtype.index(),
             ))
             .or_default()
-            .push(RowLogits {
-                logits: r.logits.clone(),
-                act_logits: r.act_logits.clone(),
-            });
+            .push(r.output());
         }
         for v in rows.values_mut() {
             v.reverse();

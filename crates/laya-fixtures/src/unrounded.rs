@@ -2,10 +2,13 @@
 //! rounding-boundary rule of [`crate::check_f32`].
 
 use laya_core::confidence;
+use laya_core::config::AgentConfig;
 use laya_core::decode;
+use laya_core::decode::Answer;
 use laya_core::engine::RowLogits;
 use laya_core::engine_api::{Engine, StateResult};
 use laya_core::question::parse_questions;
+use laya_core::question::Question;
 use laya_core::render;
 
 use crate::{Reference, Replay};
@@ -34,6 +37,17 @@ pub fn open_text(r: &StateResult) -> String {
     s
 }
 
+/// `answer` recomputed from `out` without rounding, keeping what decoding does not produce
+/// (the gate's verdict, `x_jev_confidence` from the rounded probabilities, the window).
+pub fn unrounded_like(answer: &Answer, q: &Question, out: &RowLogits, cfg: &AgentConfig) -> Answer {
+    Answer {
+        gate: answer.gate,
+        x_jev_confidence: answer.x_jev_confidence,
+        window: answer.window,
+        ..decode::decode_unrounded(q, out, cfg)
+    }
+}
+
 /// Upstream's response body with every result's answers unrounded (decoded from upstream's
 /// raw logits with the same gate and `x_jev_confidence`), or `None` when upstream recorded
 /// no rows for this request (raw-body requests).
@@ -51,24 +65,11 @@ pub fn unrounded_body(engine: &mut Engine<Replay>, reference: &Reference) -> Opt
         confidence::apply_gate(&mut results, min);
     }
     confidence::add_jev_confidence(&mut results);
-    let rows: Vec<_> = reference.passes.iter().flatten().collect();
     let mut body = reference.body.clone();
     for (s, r) in results.iter_mut().enumerate() {
         for (q, (_, a)) in questions.iter().zip(r.answers.iter_mut()) {
-            let row = rows
-                .iter()
-                .find(|x| x.qid == q.id && x.state.unwrap_or(0) == s)?;
-            let (gate, jev) = (a.gate, a.x_jev_confidence);
-            *a = decode::decode_unrounded(
-                q,
-                &RowLogits {
-                    logits: row.logits.clone(),
-                    act_logits: row.act_logits.clone(),
-                },
-                &engine.agent,
-            );
-            a.gate = gate;
-            a.x_jev_confidence = jev;
+            let row = reference.row(s, &q.id)?;
+            *a = unrounded_like(a, q, &row.output(), &engine.agent);
         }
         let up = upstream_results(&reference.body).get(s).copied()?;
         // Splice the unrounded rendering where upstream's text stands, keeping `routing`.

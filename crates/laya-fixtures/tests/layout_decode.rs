@@ -2,13 +2,12 @@
 //! must lay out to upstream's exact token rows, and decoding upstream's own raw logits must
 //! give upstream's answer and usage text.
 
-use laya_core::engine::RowLogits;
+use laya_core::confidence;
 use laya_core::engine_api::Engine;
 use laya_core::question::parse_questions;
-use laya_core::{confidence, decode};
 use laya_fixtures::{
-    check_f32, fixtures_dir, open_text, references, upstream_results, Replay, CHECKPOINTS,
-    WORKLOADS,
+    check_f32, fixtures_dir, open_text, references, unrounded_like, upstream_results, Replay,
+    CHECKPOINTS, WORKLOADS,
 };
 
 #[test]
@@ -49,12 +48,9 @@ fn layout_and_decoding_match_upstream() {
                 }
                 for (s, rows) in layout.iter().enumerate() {
                     for (q, mine) in questions.iter().zip(rows) {
-                        let up = ref_rows
-                            .iter()
-                            .find(|r| r.qid == q.id && r.state.unwrap_or(0) == s)
-                            .unwrap_or_else(|| {
-                                panic!("{ctx}: no upstream row for state {s} question {}", q.id)
-                            });
+                        let up = reference.row(s, &q.id).unwrap_or_else(|| {
+                            panic!("{ctx}: no upstream row for state {s} question {}", q.id)
+                        });
                         assert_eq!(mine.row.ids, up.row.ids, "{ctx}: token ids of {}", q.id);
                         assert_eq!(
                             mine.row.markers, up.row.markers,
@@ -79,19 +75,8 @@ fn layout_and_decoding_match_upstream() {
                 for (s, (mine, up_text)) in results.iter().zip(&upstream).enumerate() {
                     let mut unrounded = mine.clone();
                     for (q, (_, a)) in questions.iter().zip(unrounded.answers.iter_mut()) {
-                        let r = ref_rows
-                            .iter()
-                            .find(|r| r.qid == q.id && r.state.unwrap_or(0) == s)
-                            .unwrap();
-                        let out = RowLogits {
-                            logits: r.logits.clone(),
-                            act_logits: r.act_logits.clone(),
-                        };
-                        let gate = a.gate;
-                        let jev = a.x_jev_confidence;
-                        *a = decode::decode_unrounded(q, &out, &engine.agent);
-                        a.gate = gate;
-                        a.x_jev_confidence = jev;
+                        let r = reference.row(s, &q.id).expect("upstream row");
+                        *a = unrounded_like(a, q, &r.output(), &engine.agent);
                     }
                     let diffs = check_f32(&open_text(mine), up_text, &open_text(&unrounded), 1e-6)
                         .unwrap_or_else(|e| panic!("{ctx}: {e}"));

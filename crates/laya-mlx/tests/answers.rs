@@ -15,8 +15,8 @@ use laya_core::pyjson::{self, Style, Value};
 use laya_core::question::{parse_questions, Question};
 use laya_core::render;
 use laya_fixtures::{
-    check_f16, check_f32, fixtures_dir, open_text, read_jsonl, references, upstream_results,
-    F16Stats, CHECKPOINTS, WORKLOADS,
+    check_f16, check_f32, fixtures_dir, open_text, read_jsonl, references, unrounded_like,
+    upstream_results, F16Stats, CHECKPOINTS, WORKLOADS,
 };
 use laya_mlx::{EngineSettings, MlxEngine, Precision};
 
@@ -47,11 +47,7 @@ fn unrounded(
     let mut out = mine.clone();
     for (qi, (q, (_, a))) in questions.iter().zip(out.answers.iter_mut()).enumerate() {
         if let Some(l) = logits(qi) {
-            let (gate, jev, window) = (a.gate, a.x_jev_confidence, a.window);
-            *a = decode::decode_unrounded(q, &l, &engine.agent);
-            a.gate = gate;
-            a.x_jev_confidence = jev;
-            a.window = window;
+            *a = unrounded_like(a, q, &l, &engine.agent);
         }
     }
     out
@@ -80,21 +76,14 @@ fn f32_answers_match_upstream_text() {
                 confidence::add_jev_confidence(&mut results);
                 let upstream = upstream_results(&reference.body);
                 assert_eq!(results.len(), upstream.len(), "{ctx}: result count");
-                let rows: Vec<_> = reference.passes.iter().flatten().collect();
                 for (s, (mine, up)) in results.iter().zip(&upstream).enumerate() {
                     // Raw-body requests have no recorded rows; their boundary check falls back
                     // to our own unrounded values, which agree with upstream's to ~1e-5.
-                    let raw = if rows.is_empty() {
+                    let raw = if reference.passes.is_empty() {
                         own_unrounded(&mut engine, &call.states[s], &questions, &call.opts, mine)
                     } else {
-                        let logits = |qi: usize| {
-                            rows.iter()
-                                .find(|r| r.qid == questions[qi].id && r.state.unwrap_or(0) == s)
-                                .map(|r| RowLogits {
-                                    logits: r.logits.clone(),
-                                    act_logits: r.act_logits.clone(),
-                                })
-                        };
+                        let logits =
+                            |qi: usize| reference.row(s, &questions[qi].id).map(|r| r.output());
                         unrounded(mine, &questions, logits, &engine)
                     };
                     let diffs = check_f32(&open_text(mine), up, &open_text(&raw), BOUNDARY)
@@ -152,21 +141,10 @@ fn f16_answers_within_tolerance() {
                 let results = engine
                     .predict_batch(&call.states, &questions, &call.opts)
                     .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                let rows: Vec<_> = reference.passes.iter().flatten().collect();
                 for (s, mine) in results.iter().enumerate() {
                     for (q, (_, answer)) in questions.iter().zip(&mine.answers) {
-                        let r = rows
-                            .iter()
-                            .find(|r| r.qid == q.id && r.state.unwrap_or(0) == s)
-                            .expect("upstream row");
-                        let up: Answer = decode::decode_unrounded(
-                            q,
-                            &RowLogits {
-                                logits: r.logits.clone(),
-                                act_logits: r.act_logits.clone(),
-                            },
-                            &engine.agent,
-                        );
+                        let r = reference.row(s, &q.id).expect("upstream row");
+                        let up: Answer = decode::decode_unrounded(q, &r.output(), &engine.agent);
                         check_f16(answer, &up, &mut stats)
                             .unwrap_or_else(|e| panic!("{ctx} {}: {e}", q.id));
                     }
@@ -269,9 +247,7 @@ fn long_unrounded(
             .forward
             .run(&[rows[0][qi].row.clone()])
             .expect("forward");
-        let window = a.window;
-        *a = decode::decode_unrounded(q, &outs[0], &engine.agent);
-        a.window = window;
+        *a = unrounded_like(a, q, &outs[0], &engine.agent);
     }
     out
 }

@@ -292,18 +292,25 @@ fn record_inference(state: &AppState, route: &'static str, decided: &Decided) {
     );
 }
 
-async fn decide(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+/// Runs a decision route's handler, turning its error into upstream's response and counting
+/// the answer in the metrics.
+async fn counted(
+    state: &AppState,
+    route: &'static str,
+    handler: impl std::future::Future<Output = Result<Response, ApiError>>,
+) -> Response {
     let started = Instant::now();
-    let resp = match decide_inner(&state, &headers, body).await {
-        Ok(resp) => resp,
-        Err(e) => e.into_response(),
-    };
+    let resp = handler.await.unwrap_or_else(IntoResponse::into_response);
     state.metrics.request(
-        "single",
+        route,
         resp.status().as_u16(),
         started.elapsed().as_secs_f64(),
     );
     resp
+}
+
+async fn decide(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    counted(&state, "single", decide_inner(&state, &headers, body)).await
 }
 
 async fn decide_inner(
@@ -346,17 +353,7 @@ async fn decide_inner(
 }
 
 async fn batch(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let started = Instant::now();
-    let resp = match batch_inner(&state, &headers, body).await {
-        Ok(resp) => resp,
-        Err(e) => e.into_response(),
-    };
-    state.metrics.request(
-        "batch",
-        resp.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
-    resp
+    counted(&state, "batch", batch_inner(&state, &headers, body)).await
 }
 
 async fn batch_inner(
