@@ -1,15 +1,18 @@
-//! Where a CPU forward's time goes: times the operations one ModernBERT-large layer runs at a
-//! given row length (the four weight matmuls, the exact-erf GELU of the GeGLU, the attention
-//! softmax) on MLX's default device, and prints ms per layer for each.
+//! Where a forward's time goes: times the operations one ModernBERT-large layer runs at a
+//! given token count (the four weight matmuls, the exact-erf GELU of the GeGLU, the attention
+//! softmax, and attention as the GPU engine runs it: `rows` rows padded to one length under a
+//! bool window mask) on MLX's default device, and MLX's fixed cost per operation (a chain of
+//! small adds evaluated at once), and prints ms per layer for each.
 //!
 //! ```text
-//! cargo run --release -p laya-mlx --example op-timing -- [tokens=207] [iterations=5]
+//! cargo run --release -p laya-mlx --example op-timing -- [tokens=207] [iterations=5] [f16] [rows=1]
 //! ```
 
 use std::time::Instant;
 
 use mlx_rs::error::Exception;
-use mlx_rs::{ops, random, Array};
+use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::{ops, random, Array, Dtype};
 
 /// ModernBERT-large: hidden, intermediate, heads.
 const D: i32 = 1024;
@@ -35,14 +38,28 @@ fn main() -> Result<(), Exception> {
     let mut args = std::env::args().skip(1);
     let t: i32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(207);
     let iters: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
-    let x = random::normal::<f32>(&[t, D], None, None, None)?;
-    let wqkv = random::normal::<f32>(&[D, 3 * D], None, None, None)?;
-    let wo = random::normal::<f32>(&[D, D], None, None, None)?;
-    let wi = random::normal::<f32>(&[D, 2 * I], None, None, None)?;
-    let wmo = random::normal::<f32>(&[I, D], None, None, None)?;
-    let hidden = random::normal::<f32>(&[t, I], None, None, None)?;
-    let scores = random::normal::<f32>(&[H, t, t], None, None, None)?;
-    println!("one encoder layer at {t} tokens, f32, mean of {iters}:");
+    let dtype = match args.next().as_deref() {
+        Some("f16") => Dtype::Float16,
+        _ => Dtype::Float32,
+    };
+    let rows: i32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1).max(1);
+    for (name, value) in laya_mlx::backend::configure_process() {
+        println!("{name}={value}");
+    }
+    let normal = |shape: &[i32]| -> Result<Array, Exception> {
+        random::normal::<f32>(shape, None, None, None)?.as_dtype(dtype)
+    };
+    let x = normal(&[t, D])?;
+    let wqkv = normal(&[D, 3 * D])?;
+    let wo = normal(&[D, D])?;
+    let wi = normal(&[D, 2 * I])?;
+    let wmo = normal(&[I, D])?;
+    let hidden = normal(&[t, I])?;
+    let row_len = t / rows;
+    let scores = normal(&[rows, H, row_len, row_len])?;
+    println!(
+        "one encoder layer at {t} tokens ({rows} rows of {row_len}), {dtype:?}, mean of {iters}:"
+    );
     let mut matmul = 0.0;
     matmul += time("Wqkv  [t,1024]x[1024,3072]", iters, || x.matmul(&wqkv))?;
     matmul += time("Wo    [t,1024]x[1024,1024]", iters, || x.matmul(&wo))?;
@@ -51,9 +68,34 @@ fn main() -> Result<(), Exception> {
     let erf = time("erf   [t,2624] (exact GELU's cost)", iters, || {
         ops::erf(&hidden)
     })?;
-    let softmax = time("softmax [16,t,t] (full attention)", iters, || {
+    let softmax = time("softmax [rows,16,L,L] (full attention)", iters, || {
         ops::softmax_axis(&scores, -1, None)
     })?;
+    let heads = |_: ()| normal(&[rows, H, row_len, 64]);
+    let (q, k, v) = (heads(())?, heads(())?, heads(())?);
+    let window: Vec<bool> = (0..row_len * row_len)
+        .map(|ij| (ij / row_len - ij % row_len).abs() <= 64)
+        .collect();
+    let mask = Array::from_slice(&window, &[1, 1, row_len, row_len]);
+    let attention = time("attention [rows,16,L,64], window mask", iters, || {
+        fast::scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            0.125,
+            Some(ScaledDotProductAttentionMask::Array(&mask)),
+            None,
+        )
+    })?;
+    let small = normal(&[1, D])?;
+    let chain = 1000;
+    let per_op = time("1000 chained adds on [1,1024], one eval", iters, || {
+        let mut a = small.clone();
+        for _ in 0..chain {
+            a = a.add(&small)?;
+        }
+        Ok(a)
+    })? / chain as f64;
     let flops = 2.0
         * t as f64
         * (D as f64 * 3.0 * D as f64
@@ -61,8 +103,9 @@ fn main() -> Result<(), Exception> {
             + D as f64 * 2.0 * I as f64
             + I as f64 * D as f64);
     println!(
-        "matmuls: {matmul:.2} ms ({:.0} GFLOP/s); erf {erf:.2} ms; softmax {softmax:.2} ms",
-        flops / matmul / 1e6
+        "matmuls: {matmul:.2} ms ({:.0} GFLOP/s); erf {erf:.2} ms; softmax {softmax:.2} ms; attention {attention:.2} ms; fixed cost per op {:.1} us",
+        flops / matmul / 1e6,
+        per_op * 1e3
     );
     Ok(())
 }

@@ -49,6 +49,8 @@ pub(crate) fn spans_from_lengths(lengths: impl IntoIterator<Item = usize>) -> Ve
 pub(crate) struct Heads {
     pub heads: usize,
     pub head_dim: usize,
+    /// Materialize `[b, H, L, hd]` before RoPE and attention ([`crate::EngineSettings::contiguous_heads`]).
+    pub contiguous: bool,
 }
 
 impl Heads {
@@ -69,10 +71,155 @@ pub(crate) enum Window {
     },
 }
 
+/// Every row of a forward padded to one length inside attention, for devices where one large
+/// batch beats many small ones (a GPU: the op count no longer grows with the number of
+/// distinct row lengths). Linear layers still run on the packed tokens; only attention
+/// gathers rows into `[b, L]` and scatters its output back, so padding never reaches a matmul
+/// outside attention. Built once per forward and shared by every layer.
+pub(crate) struct PaddedBatch {
+    b: usize,
+    lq: usize,
+    lk: usize,
+    /// `[b · lq]` packed query index of each padded slot (padding repeats the row's last token).
+    q_idx: Array,
+    /// `[b · lk]`, likewise for keys and values.
+    kv_idx: Array,
+    /// `[Tq]` padded slot of each packed query.
+    back: Array,
+    /// `[b, 1, 1, lk]`, true at real keys; `None` when every row has `lk` keys.
+    key_mask: Option<Array>,
+    /// Key count of each row.
+    kv_lens: Vec<usize>,
+    /// Key mask and sliding window, built on first use: `(half, [b, 1, lq, lk])`.
+    sliding: std::cell::OnceCell<(usize, Array)>,
+    /// The same for query blocks ([`sliding_blocked`]), built on first use.
+    blocked: std::cell::OnceCell<(usize, Array)>,
+}
+
+impl PaddedBatch {
+    pub fn new(q_spans: &[Span], kv_spans: &[Span]) -> Self {
+        let b = q_spans.len();
+        let lq = q_spans.iter().map(|s| s.len).max().unwrap_or(0);
+        let lk = kv_spans.iter().map(|s| s.len).max().unwrap_or(0);
+        let slots = |spans: &[Span], l: usize| -> Vec<u32> {
+            spans
+                .iter()
+                .flat_map(|s| (0..l).map(move |p| (s.start + p.min(s.len - 1)) as u32))
+                .collect()
+        };
+        let q_idx = slots(q_spans, lq);
+        let kv_idx = slots(kv_spans, lk);
+        let back: Vec<u32> = q_spans
+            .iter()
+            .enumerate()
+            .flat_map(|(r, s)| (0..s.len).map(move |p| (r * lq + p) as u32))
+            .collect();
+        let key_mask = kv_spans.iter().any(|s| s.len < lk).then(|| {
+            let m: Vec<bool> = kv_spans
+                .iter()
+                .flat_map(|s| (0..lk).map(move |p| p < s.len))
+                .collect();
+            Array::from_slice(&m, &[b as i32, 1, 1, lk as i32])
+        });
+        PaddedBatch {
+            b,
+            lq,
+            lk,
+            q_idx: Array::from_slice(&q_idx, &[q_idx.len() as i32]),
+            kv_idx: Array::from_slice(&kv_idx, &[kv_idx.len() as i32]),
+            back: Array::from_slice(&back, &[back.len() as i32]),
+            key_mask,
+            kv_lens: kv_spans.iter().map(|s| s.len).collect(),
+            sliding: std::cell::OnceCell::new(),
+            blocked: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The query-block mask of [`sliding_blocked`] for these rows, built once per forward
+    /// (it is the largest host-built array of a forward: `b · L · 3 · half` flags).
+    fn blocked_mask(&self, half: usize) -> Array {
+        if let Some((h, m)) = self.blocked.get() {
+            if *h == half {
+                return m.clone();
+            }
+        }
+        let m = blocked_mask(&self.kv_lens, self.lq, half);
+        let _ = self.blocked.set((half, m.clone()));
+        m
+    }
+
+    /// The mask for `window`, `None` when every key may be seen.
+    fn mask(&self, window: Window) -> Result<Option<Array>, Exception> {
+        let half = match window {
+            Window::Sliding { half, .. } if self.lk > half + 1 => half,
+            _ => return Ok(self.key_mask.clone()),
+        };
+        if let Some((h, m)) = self.sliding.get() {
+            if *h == half {
+                return Ok(Some(m.clone()));
+            }
+        }
+        let w = Array::from_slice(
+            &window_mask(self.lq, half),
+            &[1, 1, self.lq as i32, self.lk as i32],
+        );
+        let m = match &self.key_mask {
+            Some(k) => w.logical_and(k)?,
+            None => w,
+        };
+        let _ = self.sliding.set((half, m.clone()));
+        Ok(Some(m))
+    }
+}
+
+/// [`packed_attention`] over a [`PaddedBatch`]: one gather per input, one attention, one
+/// gather back. Padded query slots may see no key at all in a sliding layer; their output is
+/// dropped by the gather back and never becomes a key.
+#[allow(clippy::too_many_arguments)]
+fn padded_attention(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    batch: &PaddedBatch,
+    heads: Heads,
+    rope_theta: Option<f32>,
+    window: Window,
+) -> Result<Array, Exception> {
+    let (b, lq, lk) = (batch.b, batch.lq, batch.lk);
+    let gather = |x: &Array, idx: &Array, l: usize| -> Result<Array, Exception> {
+        to_heads(&x.take_axis(idx, 0)?, b, l, heads)
+    };
+    let mut qg = gather(q, &batch.q_idx, lq)?;
+    let mut kg = gather(k, &batch.kv_idx, lk)?;
+    let vg = gather(v, &batch.kv_idx, lk)?;
+    if let Some(theta) = rope_theta {
+        let dims = heads.head_dim as i32;
+        qg = fast::rope(&qg, dims, false, theta, 1.0, 0, None)?;
+        kg = fast::rope(&kg, dims, false, theta, 1.0, 0, None)?;
+    }
+    // Query blocks only when asked for: on an H200 the padded batch's full masked scores beat
+    // the blocks' extra gathers at every size measured (s512_q10: 49.2 ms against 56.2 ms,
+    // results/GPU-NOTES.md).
+    let og = match window {
+        Window::Sliding { half, layout }
+            if lk > half + 1 && layout == SlidingAttention::Blocked =>
+        {
+            let mask = batch.blocked_mask(half);
+            sliding_blocked(&qg, &kg, &vg, b, lq, half, heads, &mask)?
+        }
+        _ => sdpa(&qg, &kg, &vg, heads, batch.mask(window)?.as_ref())?,
+    };
+    og.transpose_axes(&[0, 2, 1, 3])?
+        .reshape(&[(b * lq) as i32, (heads.heads * heads.head_dim) as i32])?
+        .take_axis(&batch.back, 0)
+}
+
 /// Attention over packed rows: `q` is `[Tq, d]` with row spans `q_spans`, `k` and `v` are
 /// `[Tk, d]` with row spans `kv_spans` (one span per row in both). With `rope_theta`, RoPE
 /// (rotate-half, positions `0..L`) is applied to the queries and keys of each row; that and
 /// a sliding window need queries and keys to be the same tokens. Returns `[Tq, d]`.
+/// With `padded` (built from the same spans), all rows run as one padded batch instead of one
+/// batch per distinct length.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn packed_attention(
     q: &Array,
@@ -83,7 +230,11 @@ pub(crate) fn packed_attention(
     heads: Heads,
     rope_theta: Option<f32>,
     window: Window,
+    padded: Option<&PaddedBatch>,
 ) -> Result<Array, Exception> {
+    if let Some(batch) = padded {
+        return padded_attention(q, k, v, batch, heads, rope_theta, window);
+    }
     let n = q_spans.len();
     let q_rows = split_rows(q, q_spans)?;
     let k_rows = split_rows(k, kv_spans)?;
@@ -113,15 +264,16 @@ pub(crate) fn packed_attention(
             qg = fast::rope(&qg, dims, false, theta, 1.0, 0, None)?;
             kg = fast::rope(&kg, dims, false, theta, 1.0, 0, None)?;
         }
+        let (qg, kg) = if heads.contiguous {
+            (qg.contiguous()?, kg.contiguous()?)
+        } else {
+            (qg, kg)
+        };
         let og = match window {
             Window::Sliding { half, layout } if lk > half + 1 => {
-                let blocked = match layout {
-                    SlidingAttention::Auto => lq >= BLOCKED_MIN_LEN,
-                    SlidingAttention::Masked => false,
-                    SlidingAttention::Blocked => true,
-                };
-                if blocked {
-                    sliding_blocked(&qg, &kg, &vg, b, lq, half, heads)?
+                if blocked(layout, lq) {
+                    let mask = blocked_mask(&vec![lk; b], lq, half);
+                    sliding_blocked(&qg, &kg, &vg, b, lq, half, heads, &mask)?
                 } else {
                     let mask = Array::from_slice(&window_mask(lq, half), &[lq as i32, lq as i32]);
                     sdpa(&qg, &kg, &vg, heads, Some(&mask))?
@@ -174,13 +326,19 @@ fn stack_rows(parts: &[Array], idx: &[usize]) -> Result<Array, Exception> {
 
 /// `[b, L, d]` -> `[b, H, L, hd]`.
 fn to_heads(x: &Array, b: usize, len: usize, heads: Heads) -> Result<Array, Exception> {
-    x.reshape(&[
-        b as i32,
-        len as i32,
-        heads.heads as i32,
-        heads.head_dim as i32,
-    ])?
-    .transpose_axes(&[0, 2, 1, 3])
+    let x = x
+        .reshape(&[
+            b as i32,
+            len as i32,
+            heads.heads as i32,
+            heads.head_dim as i32,
+        ])?
+        .transpose_axes(&[0, 2, 1, 3])?;
+    if heads.contiguous {
+        x.contiguous()
+    } else {
+        Ok(x)
+    }
 }
 
 fn sdpa(
@@ -205,8 +363,53 @@ pub(crate) fn window_mask(len: usize, half: usize) -> Vec<bool> {
     m
 }
 
-/// Sliding attention by query blocks. `q`, `k`, `v` are `[b, H, L, hd]` (RoPE applied);
-/// returns `[b, H, L, hd]`.
+/// Whether sliding layers of rows `len` long use query blocks.
+fn blocked(layout: SlidingAttention, len: usize) -> bool {
+    match layout {
+        SlidingAttention::Auto => len >= BLOCKED_MIN_LEN,
+        SlidingAttention::Masked => false,
+        SlidingAttention::Blocked => true,
+    }
+}
+
+/// Query blocks of [`sliding_blocked`] for rows padded to `len` whose real keys number
+/// `key_lens[r]`: `[b · nb, 1, block, span]`, true where query `i` may see key `j`
+/// (`|i - j| <= half`, `j` a real key). Query slots past a row's end repeat its last slot.
+fn blocked_mask(key_lens: &[usize], len: usize, half: usize) -> Array {
+    let block = half.max(1);
+    let span = block + 2 * half;
+    let nb = len.div_ceil(block);
+    let last_q = (len - 1) as i64;
+    let one_row = |keys: usize| {
+        let last_k = keys as i64 - 1;
+        let mut mask = Vec::with_capacity(nb * block * span);
+        for blk in 0..nb {
+            let k0 = (blk * block) as i64 - half as i64;
+            for r in 0..block {
+                let qi = ((blk * block + r) as i64).min(last_q);
+                for j in 0..span as i64 {
+                    let kj = k0 + j;
+                    mask.push((0..=last_k).contains(&kj) && (qi - kj).abs() <= half as i64);
+                }
+            }
+        }
+        mask
+    };
+    let mask = match key_lens {
+        [first, rest @ ..] if rest.iter().all(|l| l == first) => {
+            one_row(*first).repeat(key_lens.len())
+        }
+        _ => key_lens.iter().flat_map(|&k| one_row(k)).collect(),
+    };
+    Array::from_slice(
+        &mask,
+        &[(key_lens.len() * nb) as i32, 1, block as i32, span as i32],
+    )
+}
+
+/// Sliding attention by query blocks. `q`, `k`, `v` are `[b, H, L, hd]` (RoPE applied),
+/// `mask` is [`blocked_mask`]'s for these rows; returns `[b, H, L, hd]`.
+#[allow(clippy::too_many_arguments)]
 fn sliding_blocked(
     q: &Array,
     k: &Array,
@@ -215,6 +418,7 @@ fn sliding_blocked(
     len: usize,
     half: usize,
     heads: Heads,
+    mask: &Array,
 ) -> Result<Array, Exception> {
     let block = half.max(1);
     let span = block + 2 * half;
@@ -225,21 +429,12 @@ fn sliding_blocked(
     let q_idx: Vec<u32> = (0..nb * block)
         .map(|i| (i as i64).min(last) as u32)
         .collect();
-    let mut k_idx = Vec::with_capacity(nb * span);
-    let mut mask = Vec::with_capacity(nb * block * span);
-    for blk in 0..nb {
-        let k0 = (blk * block) as i64 - half as i64;
-        for j in 0..span as i64 {
-            k_idx.push((k0 + j).clamp(0, last) as u32);
-        }
-        for r in 0..block {
-            let qi = ((blk * block + r) as i64).min(last);
-            for j in 0..span as i64 {
-                let kj = k0 + j;
-                mask.push((0..=last).contains(&kj) && (qi - kj).abs() <= half as i64);
-            }
-        }
-    }
+    let k_idx: Vec<u32> = (0..nb)
+        .flat_map(|blk| {
+            let k0 = (blk * block) as i64 - half as i64;
+            (0..span as i64).map(move |j| (k0 + j).clamp(0, last) as u32)
+        })
+        .collect();
     let (h, hd) = (heads.heads as i32, heads.head_dim as i32);
     let (bi, nbi, blocki, spani) = (b as i32, nb as i32, block as i32, span as i32);
     let gather = |x: &Array, idx: &[u32], per: i32| -> Result<Array, Exception> {
@@ -252,9 +447,7 @@ fn sliding_blocked(
     let qb = gather(q, &q_idx, blocki)?;
     let kb = gather(k, &k_idx, spani)?;
     let vb = gather(v, &k_idx, spani)?;
-    let mask = if b == 1 { mask } else { mask.repeat(b) };
-    let mask = Array::from_slice(&mask, &[bi * nbi, 1, blocki, spani]);
-    let ob = sdpa(&qb, &kb, &vb, heads, Some(&mask))?; // [b·nb, H, block, hd]
+    let ob = sdpa(&qb, &kb, &vb, heads, Some(mask))?; // [b·nb, H, block, hd]
     let ob = ob
         .reshape(&[bi, nbi, h, blocki, hd])?
         .transpose_axes(&[0, 2, 1, 3, 4])?

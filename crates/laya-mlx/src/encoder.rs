@@ -11,11 +11,19 @@ use laya_core::config::{EncoderConfig, LayerKind};
 use mlx_rs::error::Exception;
 use mlx_rs::{ops, Array};
 
-use crate::attention::{packed_attention, Heads, Span, Window};
+use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
 use crate::layers::{gelu_erf, LayerNorm, Linear};
 use crate::settings::SlidingAttention;
 use crate::weights::TensorStore;
+
+/// A look at an intermediate array, by name.
+pub(crate) type Tap<'a> = dyn FnMut(&str, &Array) -> Result<(), Exception> + 'a;
+
+/// The tap of a normal forward: looks at nothing.
+pub(crate) fn no_tap(_: &str, _: &Array) -> Result<(), Exception> {
+    Ok(())
+}
 
 /// One encoder layer.
 #[derive(Debug)]
@@ -43,6 +51,8 @@ pub(crate) struct Encoder {
     intermediate: usize,
     half_window: usize,
     sliding: SlidingAttention,
+    /// Attention over one padded batch instead of one batch per row length.
+    padded: bool,
 }
 
 impl Encoder {
@@ -50,6 +60,8 @@ impl Encoder {
         store: &mut TensorStore,
         cfg: &EncoderConfig,
         sliding: SlidingAttention,
+        contiguous_heads: bool,
+        padded: bool,
     ) -> Result<Self, LoadError> {
         let eps = cfg.norm_eps;
         let norm = |store: &mut TensorStore, name: &str| -> Result<LayerNorm, LoadError> {
@@ -92,19 +104,30 @@ impl Encoder {
             heads: Heads {
                 heads: cfg.num_attention_heads,
                 head_dim: cfg.head_dim(),
+                contiguous: contiguous_heads,
             },
             hidden: cfg.hidden_size,
             intermediate: cfg.intermediate_size,
             half_window: cfg.half_window(),
             sliding,
+            padded,
         })
     }
 
     /// `ids` is `[T]` (all rows' tokens packed, spans `spans`); returns `h_enc`, `[T, d]`.
-    pub fn forward(&self, ids: &Array, spans: &[Span]) -> Result<Array, Exception> {
-        let mut x = self
-            .emb_norm
-            .forward(&self.tok_embeddings.take_axis(ids, 0)?)?;
+    /// `tap` sees the residual stream after the embeddings and after each half of each layer
+    /// (a probe compares them across devices; the engine passes [`no_tap`]).
+    pub fn forward(&self, ids: &Array, spans: &[Span], tap: &mut Tap) -> Result<Array, Exception> {
+        // The residual stream is f32 at every precision, as under PyTorch's autocast: only
+        // the matmuls and attention run in the compute dtype (`Linear` casts its input).
+        let mut x = self.emb_norm.forward(
+            &self
+                .tok_embeddings
+                .take_axis(ids, 0)?
+                .as_dtype(mlx_rs::Dtype::Float32)?,
+        )?;
+        let padded = self.padded.then(|| PaddedBatch::new(spans, spans));
+        tap("embeddings", &x)?;
         for (l, layer) in self.layers.iter().enumerate() {
             let _span = tracing::trace_span!("encoder_layer", l, kind = ?layer.kind).entered();
             let a = match &layer.attn_norm {
@@ -130,13 +153,16 @@ impl Encoder {
                 self.heads,
                 Some(layer.rope_theta),
                 window,
+                padded.as_ref(),
             )?;
             x = x.add(layer.wo.forward(&attn)?)?;
+            tap(&format!("layer {l} attention"), &x)?;
 
             let h = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
             let halves = ops::split_at_indices(&h, &[self.intermediate as i32], 1)?;
             let g = gelu_erf(&halves[0])?.multiply(&halves[1])?;
             x = x.add(layer.mlp_wo.forward(&g)?)?;
+            tap(&format!("layer {l} mlp"), &x)?;
         }
         self.final_norm.forward(&x)
     }

@@ -14,7 +14,7 @@ use laya_core::engine::{EngineError, Forward, Row, RowLogits};
 use mlx_rs::{Array, Device, DeviceType, Stream};
 
 use crate::attention::{spans_from_lengths, Span};
-use crate::encoder::Encoder;
+use crate::encoder::{no_tap, Encoder, Tap};
 use crate::error::{ForwardError, LoadError};
 use crate::head::{act_features, ActHead, DecisionHead, Scorer};
 use crate::settings::{DeviceKind, EngineSettings, Precision};
@@ -87,13 +87,34 @@ impl MlxEngine {
         });
 
         // The scorer and the act head are tiny: keep them in f32 at every precision.
-        let in_f32 = |name: &str| name.starts_with("scorer.") || name.starts_with("act_head.");
+        // The scorer and the act head are tiny: keep them in f32 at every precision. So are
+        // the norms and the type embedding, which act on the f32 residual stream.
+        let in_f32 = |name: &str| {
+            name.starts_with("scorer.")
+                || name.starts_with("act_head.")
+                || name.starts_with("type_emb.")
+                || name.contains("norm")
+        };
+        let padded = settings.padded_attention.unwrap_or(on_gpu);
+        let contiguous_heads = settings.contiguous_heads.unwrap_or(on_gpu);
         let mut store = TensorStore::load(dir, &config, precision.dtype(), in_f32, &stream)?;
         let (encoder, type_emb, head, scorer, act_head) = mlx_rs::with_stream(&stream, || {
             Ok::<_, LoadError>((
-                Encoder::load(&mut store, enc, settings.sliding_attention)?,
+                Encoder::load(
+                    &mut store,
+                    enc,
+                    settings.sliding_attention,
+                    contiguous_heads,
+                    padded,
+                )?,
                 store.take("type_emb.weight")?,
-                DecisionHead::load(&mut store, enc.hidden_size, config.agent.head_layers)?,
+                DecisionHead::load(
+                    &mut store,
+                    enc.hidden_size,
+                    config.agent.head_layers,
+                    contiguous_heads,
+                    padded,
+                )?,
                 Scorer::load(&mut store)?,
                 ActHead::load(&mut store)?,
             ))
@@ -156,7 +177,7 @@ impl MlxEngine {
         }
         self.check_rows(rows)?;
         let started = Instant::now();
-        let out = mlx_rs::with_stream(&self.stream, || self.run_on_stream(rows))?;
+        let out = mlx_rs::with_stream(&self.stream, || self.run_on_stream(rows, &mut no_tap))?;
         tracing::debug!(
             rows = rows.len(),
             tokens = rows.iter().map(|r| r.ids.len()).sum::<usize>(),
@@ -194,7 +215,23 @@ impl MlxEngine {
         Ok(())
     }
 
-    fn run_on_stream(&self, rows: &[Row]) -> Result<Vec<RowLogits>, ForwardError> {
+    /// [`MlxEngine::run`] with a look at the encoder's residual stream after the embeddings
+    /// and after each half of each layer: `tap(name, array)` sees each one as it is built
+    /// (it may evaluate it, which also splits the forward into one evaluation per tap).
+    /// For probes that compare devices layer by layer.
+    pub fn run_tapped(
+        &self,
+        rows: &[Row],
+        tap: &mut dyn FnMut(&str, &Array) -> Result<(), mlx_rs::error::Exception>,
+    ) -> Result<Vec<RowLogits>, ForwardError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.check_rows(rows)?;
+        mlx_rs::with_stream(&self.stream, || self.run_on_stream(rows, tap))
+    }
+
+    fn run_on_stream(&self, rows: &[Row], tap: &mut Tap) -> Result<Vec<RowLogits>, ForwardError> {
         let spans = spans_from_lengths(rows.iter().map(|r| r.ids.len()));
         let total: usize = spans.iter().map(|s| s.len).sum();
         let ids: Vec<u32> = rows.iter().flat_map(|r| r.ids.iter().copied()).collect();
@@ -215,7 +252,7 @@ impl MlxEngine {
         let t = total as i32;
         let h = self
             .encoder
-            .forward(&Array::from_slice(&ids, &[t]), &spans)?;
+            .forward(&Array::from_slice(&ids, &[t]), &spans, tap)?;
         // §3.2: the type embedding is added after the final norm, at every position.
         let h = h.add(
             self.type_emb

@@ -6,7 +6,7 @@
 use mlx_rs::error::Exception;
 use mlx_rs::{ops, Array};
 
-use crate::attention::{packed_attention, Heads, Span, Window};
+use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
 use crate::layers::{gelu_erf, LayerNorm, Linear};
 use crate::weights::{head_heads, TensorStore};
@@ -55,6 +55,8 @@ pub(crate) struct DecisionHead {
     layers: Vec<HeadLayer>,
     heads: Heads,
     hidden: usize,
+    /// Attention over one padded batch instead of one batch per row length.
+    padded: bool,
 }
 
 impl DecisionHead {
@@ -62,6 +64,8 @@ impl DecisionHead {
         store: &mut TensorStore,
         hidden: usize,
         n_layers: usize,
+        contiguous_heads: bool,
+        padded: bool,
     ) -> Result<Self, LoadError> {
         let nhead = head_heads(hidden);
         if hidden.checked_rem(nhead) != Some(0) {
@@ -97,8 +101,10 @@ impl DecisionHead {
             heads: Heads {
                 heads: nhead,
                 head_dim: hidden / nhead,
+                contiguous: contiguous_heads,
             },
             hidden,
+            padded,
         })
     }
 
@@ -119,6 +125,7 @@ impl DecisionHead {
     ) -> Result<Array, Exception> {
         let n = self.layers.len();
         let mut x = x.clone();
+        let padded = self.padded.then(|| PaddedBatch::new(spans, spans));
         for (j, layer) in self.layers.iter().enumerate() {
             let _span = tracing::trace_span!("head_layer", j).entered();
             let last = j + 1 == n;
@@ -137,6 +144,9 @@ impl DecisionHead {
                     self.heads,
                     None,
                     Window::Full,
+                    self.padded
+                        .then(|| PaddedBatch::new(select_spans, spans))
+                        .as_ref(),
                 )?;
                 let x_sel = x.take_axis(select, 0)?.add(layer.out_proj.forward(&att)?)?;
                 return layer.feed_forward(&x_sel);
@@ -151,6 +161,7 @@ impl DecisionHead {
                 self.heads,
                 None,
                 Window::Full,
+                padded.as_ref(),
             )?;
             x = layer.feed_forward(&x.add(layer.out_proj.forward(&att)?)?)?;
         }

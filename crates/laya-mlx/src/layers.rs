@@ -21,10 +21,12 @@ impl Linear {
         })
     }
 
-    /// `x` is `[n, in]`; the result is `[n, out]`.
+    /// `x` is `[n, in]`; the result is `[n, out]`, in the weight's dtype (an f32 input meets
+    /// f16 weights as f16, like a linear layer under autocast).
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        let x = x.as_dtype(self.wt.dtype())?;
         match &self.bias {
-            Some(b) => ops::addmm(b, x, &self.wt, 1.0, 1.0),
+            Some(b) => ops::addmm(b, &x, &self.wt, 1.0, 1.0),
             None => x.matmul(&self.wt),
         }
     }

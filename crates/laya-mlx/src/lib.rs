@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod attention;
+pub mod backend;
 mod encoder;
 mod engine;
 mod error;

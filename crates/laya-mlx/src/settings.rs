@@ -12,8 +12,9 @@ pub enum Precision {
     /// Pure fp32, like the upstream CPU reference (`model.md` §3.6). The default on the CPU,
     /// where MLX has no fast f16 matmul.
     F32,
-    /// Weights, activations and the residual stream in f16 (softmax inside attention and
-    /// LayerNorm statistics are accumulated in f32 by MLX). The default on a GPU.
+    /// Matmul weights and inputs, attention and the feed-forward activations in f16; the
+    /// residual stream, the norms and the type embedding stay f32, as under PyTorch's fp16
+    /// autocast (upstream's `LAYA_CUDA_AMP=fp16`). The default on a GPU.
     F16,
 }
 
@@ -51,7 +52,8 @@ pub enum DeviceKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SlidingAttention {
     /// No mask when the row fits inside one window, the full masked `L x L` scores for short
-    /// rows, query blocks for long rows (`L >= 256`).
+    /// rows, query blocks for long rows (`L >= 256`) in per-length groups; always the full
+    /// masked scores in a padded batch (the GPU layout, where they measured faster).
     #[default]
     Auto,
     /// Always the full `L x L` scores with a window mask (the plain reference layout).
@@ -72,4 +74,14 @@ pub struct EngineSettings {
     /// Run the last decision-head layer at every position instead of only at the positions
     /// the answers read (position 0 and the markers). Same numbers; for tests and probes.
     pub full_last_head_layer: bool,
+    /// Copy queries, keys and values into contiguous `[b, H, L, hd]` arrays before RoPE and
+    /// attention, instead of handing MLX's kernels strided views of the fused projection.
+    /// Same numbers on a correct backend, at one copy per tensor and layer. `None` copies on
+    /// the GPU only: MLX 0.32.2's CUDA attention reads strided queries and keys wrongly (and
+    /// with a mask, out of bounds), which the `gpu-probe` example shows op by op.
+    pub contiguous_heads: Option<bool>,
+    /// Run each attention over all rows padded to the longest one (padded keys masked out)
+    /// instead of one batch per distinct row length. Linear layers stay unpadded either way.
+    /// `None` pads on the GPU only, where one large batch costs less than many small ones.
+    pub padded_attention: Option<bool>,
 }

@@ -229,9 +229,26 @@ fn sliding_layouts_and_last_head_layer_agree() {
         ..Default::default()
     });
     let auto = run(EngineSettings::default());
+    // The GPU's layout: every row padded to the longest inside attention, contiguous heads.
+    let padded = run(EngineSettings {
+        padded_attention: Some(true),
+        contiguous_heads: Some(true),
+        ..Default::default()
+    });
+    let padded_blocked = run(EngineSettings {
+        padded_attention: Some(true),
+        contiguous_heads: Some(true),
+        sliding_attention: SlidingAttention::Blocked,
+        ..Default::default()
+    });
     let d1 = max_diff(&masked, &blocked);
     let d2 = max_diff(&auto, &auto_full);
-    println!("masked vs blocked sliding attention: {d1:.3e}; last head layer at outputs vs everywhere: {d2:.3e}");
+    let d3 = max_diff(&auto, &padded).max(max_diff(&auto, &padded_blocked));
+    println!("masked vs blocked sliding attention: {d1:.3e}; last head layer at outputs vs everywhere: {d2:.3e}; grouped vs padded rows: {d3:.3e}");
+    assert!(
+        d3 <= 5e-5,
+        "padded attention differs from per-length groups by {d3}"
+    );
     assert!(
         d1 <= 5e-5,
         "blocked sliding attention differs from the masked one by {d1}"

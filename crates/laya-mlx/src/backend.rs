@@ -1,0 +1,40 @@
+//! Process-wide MLX settings the engine relies on, per backend. MLX reads them from the
+//! environment once, when its backend starts, so [`configure_process`] must run before the
+//! first MLX call; an operator's own value of any of them is left alone.
+
+/// The MLX backend libmlx was built for: `cpu`, `cuda` or `metal`.
+pub const BACKEND: &str = env!("LAYA_MLX_BACKEND");
+
+/// On the CUDA backend (nothing elsewhere):
+///
+/// - `MLX_CUDA_USE_CUDNN_SDPA=0`: cuDNN's fused attention builds a graph for every new
+///   attention shape, 150–900 ms each on an H200, so every request with a new token count
+///   stalls; MLX's own attention kernels cost 30–160 ms on their first use and then serve every
+///   length (measured in `results/GPU-NOTES.md`).
+/// - `MLX_CUDA_GRAPH_CACHE_SIZE=4096`: MLX 0.32 counts every CUDA-graph cache miss over the
+///   process's life and throws once they pass twice the capacity (400 by default), which a
+///   server meeting many request shapes reaches within minutes; the throw fails every
+///   later request.
+///
+/// Returns the settings applied, for the log.
+pub fn configure_process() -> Vec<(&'static str, String)> {
+    let defaults: &[(&str, &str)] = match BACKEND {
+        "cuda" => &[
+            ("MLX_CUDA_USE_CUDNN_SDPA", "0"),
+            ("MLX_CUDA_GRAPH_CACHE_SIZE", "4096"),
+        ],
+        _ => &[],
+    };
+    let mut applied = Vec::new();
+    for &(name, value) in defaults {
+        match std::env::var(name) {
+            Ok(v) if !v.is_empty() => applied.push((name, v)),
+            _ => {
+                // Called before any other thread exists (see the module docs).
+                std::env::set_var(name, value);
+                applied.push((name, value.to_owned()));
+            }
+        }
+    }
+    applied
+}
