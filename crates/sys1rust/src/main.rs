@@ -13,7 +13,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use laya_mlx::{DeviceKind, EngineSettings, Precision};
+use laya_mlx::{DeviceKind, EngineSettings, Precision, SlidingAttention};
 
 #[derive(Parser)]
 #[command(
@@ -63,6 +63,18 @@ pub struct ModelArgs {
     /// Device that runs the forward pass.
     #[arg(long, value_enum, default_value_t = Device::Auto, env = "SYS1_DEVICE")]
     pub device: Device,
+    /// How sliding-window layers attend: auto (on the CPU query blocks for rows of 256 tokens
+    /// or more, on a GPU the full masked scores), always the full masked scores (masked), or
+    /// always query blocks (blocked). Same answers; a speed knob.
+    #[arg(long, value_enum, default_value_t = Sliding::Auto, env = "SYS1_SLIDING_ATTENTION")]
+    pub sliding_attention: Sliding,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Sliding {
+    Auto,
+    Masked,
+    Blocked,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -87,6 +99,11 @@ impl ModelArgs {
                 Some(Precision::F16)
             } else {
                 None
+            },
+            sliding_attention: match self.sliding_attention {
+                Sliding::Auto => SlidingAttention::Auto,
+                Sliding::Masked => SlidingAttention::Masked,
+                Sliding::Blocked => SlidingAttention::Blocked,
             },
             ..EngineSettings::default()
         }
@@ -132,7 +149,12 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    // Before anything touches MLX (and before any thread exists).
+    for (name, value) in laya_mlx::backend::configure_process() {
+        tracing::debug!(name, value, "MLX setting");
+    }
+    match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Decide(args) => decide::run(&args),
         Command::Bench(args) => bench::run(&args),
