@@ -4,30 +4,35 @@
 #
 #   bench/gpu/carry.sh [--build]
 #
-# --build first builds sys1rust, the make-checkpoint example and the replay test binary against
-# the mlx-cuda-13 wheel (scripts/setup-mlx.sh cuda13) in target/cuda.
+# --build first builds sys1rust, the make-checkpoint and gpu-probe examples and the replay test
+# binary against the mlx-cuda-13 wheel (scripts/setup-mlx.sh cuda13) in target/cuda.
 #
-# What it writes:
-#   .carry/p1/  bin.tar.xz        bin/{sys1rust,make-checkpoint,replay} (stripped) and
-#                                 stub/libmlx.so (6 no-op symbols: make-checkpoint links libmlx
-#                                 but never calls it, so the checkpoint is made before libmlx
-#                                 has arrived)
-#               site.tar.xz       site/mlx/{include,share} and site/mlx_cuda_13.libs: the rest of
-#                                 the wheel (NVRTC reads include/ at run time)
-#               data.tar.xz       fixtures/{checkpoint-configs,tokenizers,workloads} and
-#                                 seed/*.jsonl (the seed workloads)
-#               laya-0.4.15-py3-none-any.whl   upstream, pure Python (the device has its deps)
-#               libmlx.so.xz.partN            the first part(s) of libmlx.so, xz -9
-#               MANIFEST          sha256 of libmlx.so and the list of its parts
-#   .carry/p2/  fixtures.tar.xz   fixtures/{checkpoints,references} (the f16 replay), and the
-#                                 remaining libmlx part(s)
+# What it writes (each file goes into the first group with room, so everything usually fits
+# in .carry/p1 and one call):
+#   bin.tar.xz        bin/{sys1rust,make-checkpoint,gpu-probe,op-timing,replay} (stripped) and
+#                     stub/libmlx.so (no-op symbols: make-checkpoint links libmlx but never calls
+#                     it, so the checkpoint can be made before libmlx is in place)
+#   site.tar.xz       site/mlx/{include,share} and site/mlx_cuda_13.libs: the rest of the wheel
+#                     (NVRTC reads include/ at run time)
+#   data.tar.xz       fixtures/{checkpoint-configs,tokenizers,workloads} and seed/*.jsonl
+#   laya-0.4.15-py3-none-any.whl   upstream, pure Python (the device has its dependencies)
+#   libmlx.so.xz.partN libmlx.so with the GPU images of other architectures zeroed
+#                     (bench/gpu/slim-fatbin.py, SM=90 for the H200): ~15 MB instead of 68 MB
+#   fixtures.tar.xz   fixtures/{checkpoints,references} (the f16 replay); CARRY_FIXTURES=0 leaves
+#                     it out
+#   alt.tar.xz        with ALT_MLX=<unpacked wheel dir> and ALT_TARGET=<target dir>: a second
+#                     MLX release and the gpu-probe built against it (site-alt/, bin/gpu-probe-alt),
+#                     to compare MLX releases in the same call
+#   upstream-wheels.tar.xz  upstream laya-serve's HTTP dependencies, when
+#                     bench/gpu/upstream-wheels.sh has staged them
+#   MANIFEST          sha256 of the carried libmlx.so and the list of its parts
 # Results of an earlier machine that a fresh one should not redo (upstream's answers and
-# reports, say) can be put in .carry/p2/prev/: run.sh setup copies them into $STAGE/res.
-# Each group stays under CARRY_MIB (default 58) so the working tree (a few MiB) fits beside it.
+# reports, say) can be put in .carry/prev/: they travel in the last group and run.sh setup
+# copies them into $STAGE/res.
 # On the device, bench/gpu/run.sh setup unpacks whatever groups have arrived into $STAGE
 # (/tmp/sys1) and assembles libmlx.so once all its parts are there; the device keeps ignored
-# files and /tmp between calls only while it stays warm (30 s), so send p1 and p2 in
-# consecutive calls: `run` with carry [".carry/p1"], then carry [".carry/p2"].
+# files and /tmp between calls only while it stays warm (30 s), so several groups must go in
+# consecutive calls.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -46,8 +51,10 @@ fi
 MLXROOT=$ROOT/.mlx/cuda13
 [ -f "$MLXROOT/mlx/lib/libmlx.so" ] || { echo "run scripts/setup-mlx.sh cuda13 first" >&2; exit 1; }
 
-rm -rf .carry/p1 .carry/p2 "$WORK"
-mkdir -p .carry/p1 .carry/p2 "$WORK/bin" "$WORK/stub" "$WORK/site/mlx" "$WORK/fixtures" "$WORK/seed"
+SM=${SM:-90}
+rm -rf .carry/p[0-9]* "$WORK"
+mkdir -p "$WORK/out" "$WORK/bin" "$WORK/stub" "$WORK/site/mlx" "$WORK/fixtures" "$WORK/seed"
+OUTD=$WORK/out
 
 # The replay test binary: the newest target/cuda/release/deps/replay-<hash>. It starts the
 # server at the path baked in at compile time ($ROOT/target/cuda/release/sys1rust): run.sh
@@ -55,6 +62,8 @@ mkdir -p .carry/p1 .carry/p2 "$WORK/bin" "$WORK/stub" "$WORK/site/mlx" "$WORK/fi
 replay=$(ls -t $TARGET/release/deps/replay-* | grep -v '\.d$' | head -1)
 strip -o "$WORK/bin/sys1rust" $TARGET/release/sys1rust
 strip -o "$WORK/bin/make-checkpoint" $TARGET/release/examples/make-checkpoint
+strip -o "$WORK/bin/gpu-probe" $TARGET/release/examples/gpu-probe
+strip -o "$WORK/bin/op-timing" $TARGET/release/examples/op-timing
 strip -o "$WORK/bin/replay" "$replay"
 echo "$ROOT/$TARGET/release/sys1rust" > "$WORK/bin/replay.bin-path"
 
@@ -63,16 +72,18 @@ nm -D --undefined-only $TARGET/release/examples/make-checkpoint |
   awk '$1 == "U" && $2 ~ /^_ZN3mlx/ {print "void " $2 "(void) { __builtin_trap(); }"}' > "$WORK/stub/stub.c"
 cc -shared -fPIC -O1 -o "$WORK/stub/libmlx.so" "$WORK/stub/stub.c"
 
-tar -C "$WORK" -cJf .carry/p1/bin.tar.xz bin stub
+tar -C "$WORK" -cJf "$OUTD/bin.tar.xz" bin stub
 cp -r "$MLXROOT/mlx/include" "$MLXROOT/mlx/share" "$WORK/site/mlx/"
 cp -r "$MLXROOT/mlx_cuda_13.libs" "$WORK/site/"
-XZ_OPT=-9 tar -C "$WORK" -cJf .carry/p1/site.tar.xz site
+XZ_OPT=-9 tar -C "$WORK" -cJf "$OUTD/site.tar.xz" site
 cp -r "$SHARED/fixtures/checkpoint-configs" "$SHARED/fixtures/tokenizers" "$SHARED/fixtures/workloads" "$WORK/fixtures/"
 cp "$SHARED/seed-workloads/"*.jsonl "$WORK/seed/"
-tar -C "$WORK" -cJf .carry/p1/data.tar.xz fixtures seed
-mkdir -p "$WORK/fx"
-cp -r "$SHARED/fixtures/checkpoints" "$SHARED/fixtures/references" "$WORK/fx/"
-tar -C "$WORK/fx" --transform 's,^,fixtures/,' -cJf .carry/p2/fixtures.tar.xz checkpoints references
+tar -C "$WORK" -cJf "$OUTD/data.tar.xz" fixtures seed
+if [ "${CARRY_FIXTURES:-1}" != 0 ]; then
+  mkdir -p "$WORK/fx"
+  cp -r "$SHARED/fixtures/checkpoints" "$SHARED/fixtures/references" "$WORK/fx/"
+  tar -C "$WORK/fx" --transform 's,^,fixtures/,' -cJf "$OUTD/fixtures.tar.xz" checkpoints references
+fi
 
 whl=$(ls .whl/laya-0.4.15-py3-none-any.whl 2>/dev/null || true)
 if [ -z "$whl" ]; then
@@ -80,46 +91,55 @@ if [ -z "$whl" ]; then
   python3 -m pip download -q --no-deps -d .whl laya==0.4.15
   whl=.whl/laya-0.4.15-py3-none-any.whl
 fi
-cp "$whl" .carry/p1/
+cp "$whl" "$OUTD/"
 
-# libmlx.so, xz -9 (the slow step: minutes on two cores), cached by the library's sha256.
-sum=$(sha256sum "$MLXROOT/mlx/lib/libmlx.so" | cut -d' ' -f1)
-xzf=$ROOT/.carry/libmlx-$sum.so.xz
-if [ ! -f "$xzf" ]; then
-  echo "compressing libmlx.so (xz -9, minutes)" >&2
-  xz -9 -T0 -c "$MLXROOT/mlx/lib/libmlx.so" > "$xzf.tmp"
-  mv "$xzf.tmp" "$xzf"
-fi
-
-# Fill p1 then p2 (then p3...) up to CARRY_MIB each with consecutive pieces of the .xz.
-limit=$((CARRY_MIB * 1024 * 1024))
-total=$(stat -c %s "$xzf")
-offset=0
-part=1
-group=1
-parts=()
-while [ $offset -lt $total ]; do
-  dir=.carry/p$group
-  mkdir -p $dir
-  used=$(du -cb $dir | tail -1 | cut -f1)
-  room=$((limit - used))
-  if [ $room -le $((1024 * 1024)) ]; then
-    group=$((group + 1))
-    continue
+# libmlx.so for sm_$SM only, xz -9, cached by the source library's sha256.
+slim() { # <libmlx.so> -> path of its cached slim .xz
+  local sum xzf
+  sum=$(sha256sum "$1" | cut -d' ' -f1)
+  xzf=$ROOT/.carry/libmlx-$sum-sm$SM.so.xz
+  if [ ! -f "$xzf" ]; then
+    echo "slimming and compressing $1 (a minute)" >&2
+    python3 bench/gpu/slim-fatbin.py "$1" "$WORK/libmlx-slim.so" "$SM"
+    xz -9 -T0 -c "$WORK/libmlx-slim.so" > "$xzf.tmp"
+    xz -dc "$xzf.tmp" | sha256sum | cut -d' ' -f1 > "$xzf.sha256"
+    mv "$xzf.tmp" "$xzf"
   fi
-  n=$((total - offset < room ? total - offset : room))
-  dd if="$xzf" of=$dir/libmlx.so.xz.part$part bs=1M iflag=skip_bytes,count_bytes skip=$offset count=$n status=none
-  parts+=("libmlx.so.xz.part$part $(sha256sum $dir/libmlx.so.xz.part$part | cut -d' ' -f1)")
-  offset=$((offset + n))
-  part=$((part + 1))
-  group=$((group + 1))
-done
+  echo "$xzf"
+}
+xzf=$(slim "$MLXROOT/mlx/lib/libmlx.so")
+cp "$xzf" "$OUTD/libmlx.so.xz.part1"
 {
-  echo "libmlx.so $sum"
-  printf '%s\n' "${parts[@]}"
-} > .carry/p1/MANIFEST
-cp .carry/p1/MANIFEST .carry/MANIFEST
+  echo "libmlx.so $(cat "$xzf.sha256")"
+  echo "libmlx.so.xz.part1 $(sha256sum "$OUTD/libmlx.so.xz.part1" | cut -d' ' -f1)"
+} > "$OUTD/MANIFEST"
+
+if [ -n "${ALT_MLX:-}" ]; then
+  mkdir -p "$WORK/alt/site-alt/mlx/lib" "$WORK/alt/bin"
+  cp -r "$ALT_MLX/mlx/include" "$ALT_MLX/mlx/share" "$WORK/alt/site-alt/mlx/"
+  xz -dc "$(slim "$ALT_MLX/mlx/lib/libmlx.so")" > "$WORK/alt/site-alt/mlx/lib/libmlx.so"
+  strip -o "$WORK/alt/bin/gpu-probe-alt" "$ALT_TARGET/release/examples/gpu-probe"
+  tar -C "$WORK/alt" -cJf "$OUTD/alt.tar.xz" site-alt bin
+fi
+# Upstream's HTTP server dependencies (bench/gpu/upstream-wheels.sh), when staged.
+[ -f .carry/upstream-wheels.tar.xz ] && cp .carry/upstream-wheels.tar.xz "$OUTD/"
+[ -d .carry/prev ] && cp -r .carry/prev "$OUTD/prev"
+
+# Fill the groups in order: each file into the first group with room for it.
+limit=$((CARRY_MIB * 1024 * 1024))
+for f in "$OUTD"/*; do
+  size=$(du -sb "$f" | cut -f1)
+  g=1
+  while [ -d .carry/p$g ] && [ $(($(du -sb .carry/p$g | cut -f1) + size)) -gt $limit ]; do
+    g=$((g + 1))
+  done
+  mkdir -p .carry/p$g
+  mv "$f" .carry/p$g/
+done
+mf=$(ls .carry/p[0-9]*/MANIFEST)
+cp "$mf" .carry/MANIFEST
+for d in .carry/p[0-9]*/; do cp .carry/MANIFEST "$d"; done
 rm -rf "$WORK"
-for d in .carry/p*/; do
-  printf '%s %s MiB: %s\n' "$d" "$(($(du -cb $d | tail -1 | cut -f1) / 1048576))" "$(ls $d | tr '\n' ' ')"
+for d in .carry/p[0-9]*/; do
+  printf '%s %s MiB: %s\n' "$d" "$(($(du -sb $d | cut -f1) / 1048576))" "$(ls $d | tr '\n' ' ')"
 done

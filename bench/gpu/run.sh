@@ -111,6 +111,17 @@ phase_setup() {
     nv=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || echo /opt/torch/.venv/lib/python3.12/site-packages/nvidia)
     mkdir -p "$STAGE/site" && ln -sfn "$nv" "$STAGE/site/nvidia"
   fi
+  # Upstream laya-serve's HTTP stack, apart from $STAGE/py so its newer typing_extensions and
+  # friends stay out of the in-process phases.
+  if [ ! -d "$STAGE/serve-py/fastapi" ] && ls "$STAGE"/wheels/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$STAGE/serve-py" "$STAGE"/wheels/*.whl \
+      || for w in "$STAGE"/wheels/*.whl; do python3 -m zipfile -e "$w" "$STAGE/serve-py"; done
+  fi
+  # A second MLX release (carry.sh ALT_MLX) shares the first one's neighbours.
+  if [ -d "$STAGE/site-alt" ]; then
+    ln -sfn "$(readlink "$STAGE/site/nvidia")" "$STAGE/site-alt/nvidia"
+    ln -sfn "$STAGE/site/mlx_cuda_13.libs" "$STAGE/site-alt/mlx_cuda_13.libs"
+  fi
   if [ ! -d "$STAGE/py/laya" ] && ls "$STAGE"/whl/laya-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$STAGE/py" "$STAGE"/whl/laya-*.whl
   fi
@@ -173,6 +184,35 @@ phase_diagnose() {
   pack
 }
 
+# The GPU parity probe (laya-mlx's gpu-probe example) on the large checkpoint: the operations
+# with the engine's layouts, whole forwards and layer taps, GPU against CPU f32; then the
+# forwards again under each of PROBE_CONFIGS (MLX environment knobs), and with the second MLX
+# release when one was carried.
+PROBE_CONFIGS=${PROBE_CONFIGS:-}
+probe() { # name timeout env... -- args...
+  local name=$1 limit=$2; shift 2
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  say "probe $name"
+  env "${envs[@]}" timeout -k 5 "$limit" "$@" > "$RES/probe-$name.txt" 2>&1
+  say "probe $name: rc $?"
+  grep -E "BAD|ERROR|^forward|^repeat|section|panicked|error" "$RES/probe-$name.txt" | head -40 >&2
+  pack
+}
+phase_probe() {
+  probe default 200 X=1 -- "$STAGE/bin/gpu-probe" "$CKPT" ops forward taps
+  # Attention over strided views may corrupt memory: its own process, after the rest.
+  probe strided 60 X=1 -- "$STAGE/bin/gpu-probe" "$CKPT" strided
+  local cfg
+  for cfg in $PROBE_CONFIGS; do
+    probe "$cfg" 120 "${cfg//,/ }" -- "$STAGE/bin/gpu-probe" "$CKPT" forward
+  done
+  if [ -x "$STAGE/bin/gpu-probe-alt" ] && [ -f "$STAGE/site-alt/mlx/lib/libmlx.so" ]; then
+    probe alt 200 "LD_LIBRARY_PATH=$STAGE/site-alt/mlx/lib" -- "$STAGE/bin/gpu-probe-alt" "$CKPT" ops forward taps
+  fi
+}
+
 phase_reference() {
   upstream cpu-f32
 }
@@ -225,6 +265,21 @@ phase_cold() {
   pack
 }
 
+# The engine in-process under other MLX settings, name:VAR=value[,VAR=value] each: what each
+# of the engine's CUDA defaults (laya_mlx::backend) buys, measured side by side.
+VARIANTS=${VARIANTS:-"cudnn:MLX_CUDA_USE_CUDNN_SDPA=1 nographs:MLX_USE_CUDA_GRAPHS=0"}
+phase_variants() {
+  local v name cfg
+  for v in $VARIANTS; do
+    name=${v%%:*} cfg=${v#*:}
+    say "$ENGINE in-process, $cfg"
+    env ${cfg//,/ } timeout -k 5 120 $ENGINE_BENCH --workload "$SMOKE" --shapes "$SHAPES" --runs "$RUNS" \
+      --warmup "$WARMUP" > "$RES/$ENGINE-$name-inproc.json" 2> "$RES/$ENGINE-$name-inproc.log"
+    say "in-process $name rc $?"
+    pack
+  done
+}
+
 phase_replay() {
   say "replay: fixture references in f16 on the GPU"
   SYS1_FIXTURES=$STAGE/fixtures timeout -k 5 240 "$STAGE/bin/replay" --exact replay_f16_within_tolerance --nocapture \
@@ -246,6 +301,28 @@ phase_engine() {
     --clients "$CLIENTS" --seconds "$TPUT_SECONDS" --log "$RES/$ENGINE-http.log" > "$RES/$ENGINE-http.json"
   say "$ENGINE over HTTP rc $?"
   pack
+}
+
+# Upstream laya-serve's own HTTP app (bench/gpu/upstream_serve.py), measured like phase_engine
+# measures sys1rust over HTTP, with fewer runs (~35 ms a request, ~15 s load).
+UP_RUNS=${UP_RUNS:-20}
+UP_WARMUP=${UP_WARMUP:-3}
+UP_MODES=${UP_MODES:-"cuda-stock cuda-fp16"}
+phase_upstream_http() {
+  local mode
+  for mode in $UP_MODES; do
+    say "upstream $mode over HTTP"
+    timeout -k 5 150 python3 "$ROOT/bench/gpu/served.py" --name "upstream-$mode-http" \
+      --cmd "python3 $ROOT/bench/gpu/upstream_serve.py --model $CKPT --mode $mode --pypath $STAGE/serve-py" \
+      --workload "$SMOKE" --answers "$RES/answers-upstream-$mode-http.jsonl" \
+      --shapes "$SHAPES" --runs "$UP_RUNS" --warmup "$UP_WARMUP" \
+      --throughput "$SEED/short.jsonl:s32_q1,$SMOKE:s64_q1,$SMOKE:s128_q1,$SMOKE:s512_q10" \
+      --clients "$CLIENTS" --seconds "$TPUT_SECONDS" --log "$RES/upstream-$mode-http.log" \
+      > "$RES/upstream-$mode-http.json"
+    say "upstream $mode over HTTP rc $?"
+    tail -n 8 "$RES/upstream-$mode-http.log" >&2
+    pack
+  done
 }
 
 phase_parity() {
