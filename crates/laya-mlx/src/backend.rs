@@ -38,3 +38,21 @@ pub fn configure_process() -> Vec<(&'static str, String)> {
     }
     applied
 }
+
+/// Ends the process with `code` once everything worth keeping is flushed.
+///
+/// On the CUDA backend this skips C++ static destructors: MLX 0.32's per-stream command
+/// encoders are static and synchronize their CUDA stream when destroyed, which at exit runs
+/// after the CUDA runtime has shut down and aborts the process ("cudaStreamSynchronize
+/// failed: driver shutting down", SIGABRT) even after a clean shutdown. Elsewhere it is
+/// `std::process::exit`.
+pub fn exit(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    if BACKEND == "cuda" {
+        // SAFETY: _exit only ends the process; nothing runs after it.
+        unsafe { libc::_exit(code) }
+    }
+    std::process::exit(code)
+}

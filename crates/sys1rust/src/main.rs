@@ -140,7 +140,7 @@ impl ModelArgs {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -154,11 +154,20 @@ fn main() -> anyhow::Result<()> {
     for (name, value) in laya_mlx::backend::configure_process() {
         tracing::debug!(name, value, "MLX setting");
     }
-    match cli.command {
+    let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Decide(args) => decide::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Pull(args) => models::pull(&args),
         Command::Models => models::list(),
-    }
+    };
+    // As `fn main() -> Result` would report it, then an exit that skips MLX's teardown.
+    let code = match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            1
+        }
+    };
+    laya_mlx::backend::exit(code)
 }
