@@ -184,7 +184,7 @@ phase_diagnose() {
   pack
 }
 
-# The GPU parity probe (laya-mlx's gpu-probe example) on the large checkpoint: the operations
+# The GPU parity probe (laya-mlx's gpu-probe example): the operations
 # with the engine's layouts, whole forwards and layer taps, GPU against CPU f32; then the
 # forwards again under each of PROBE_CONFIGS (MLX environment knobs), and with the second MLX
 # release when one was carried.
@@ -201,7 +201,11 @@ probe() { # name timeout env... -- args...
   pack
 }
 phase_probe() {
-  probe default 200 X=1 -- "$STAGE/bin/gpu-probe" "$CKPT" ops forward taps
+  # Whole forwards on the tiny fixture when it was carried: their CPU f32 reference runs on the
+  # CUDA wheel's bundled reference BLAS, minutes per `large` forward.
+  local model=$CKPT
+  [ -f "$STAGE/fixtures/checkpoints/tiny/model.safetensors" ] && model=$STAGE/fixtures/checkpoints/tiny
+  probe default 200 X=1 -- "$STAGE/bin/gpu-probe" "$model" ops forward taps
   # Attention over strided views may corrupt memory: its own process, after the rest.
   probe strided 60 X=1 -- "$STAGE/bin/gpu-probe" "$CKPT" strided
   local cfg
