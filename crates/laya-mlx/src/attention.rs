@@ -1,8 +1,10 @@
 //! Attention over packed rows.
 //!
-//! Every linear layer runs on all rows' tokens packed into one `[T, d]` matrix; attention is
-//! the only place rows meet their own tokens, so it is done per row, batching rows of equal
-//! length together. No padding token ever enters a score or a matmul.
+//! Every linear layer runs on all rows' tokens packed into one `[T, d]` matrix, with no
+//! padding; attention is the only place rows meet their own tokens. It runs either per row,
+//! batching rows of equal length together, so no padding ever enters a score (the CPU
+//! layout), or over all rows padded to the longest with padded keys masked out, the padding
+//! living only inside attention (the GPU layout, [`PaddedBatch`]).
 //!
 //! Sliding-window layers (`|i - j| <= half_window`, inclusive, `model.md` §3.1) can be laid
 //! out two ways with the same numbers: the full `L x L` scores under a window mask, or query
@@ -51,6 +53,8 @@ pub(crate) struct Heads {
     pub head_dim: usize,
     /// Materialize `[b, H, L, hd]` before RoPE and attention ([`crate::EngineSettings::contiguous_heads`]).
     pub contiguous: bool,
+    /// Softmax on the host ([`crate::EngineSettings::host_math`]); per-length groups only.
+    pub host_softmax: bool,
 }
 
 impl Heads {
@@ -90,10 +94,10 @@ pub(crate) struct PaddedBatch {
     key_mask: Option<Array>,
     /// Key count of each row.
     kv_lens: Vec<usize>,
-    /// Key mask and sliding window, built on first use: `(half, [b, 1, lq, lk])`.
+    /// Key mask and sliding window, built on first use: `(half, [b or 1, 1, lq, lk])`.
     sliding: std::cell::OnceCell<(usize, Array)>,
     /// The same for query blocks ([`sliding_blocked`]), built on first use.
-    blocked: std::cell::OnceCell<(usize, Array)>,
+    blocked: std::cell::OnceCell<(usize, std::rc::Rc<HostMask>)>,
 }
 
 impl PaddedBatch {
@@ -137,13 +141,13 @@ impl PaddedBatch {
 
     /// The query-block mask of [`sliding_blocked`] for these rows, built once per forward
     /// (it is the largest host-built array of a forward: `b · L · 3 · half` flags).
-    fn blocked_mask(&self, half: usize) -> Array {
+    fn blocked_mask(&self, half: usize) -> std::rc::Rc<HostMask> {
         if let Some((h, m)) = self.blocked.get() {
             if *h == half {
                 return m.clone();
             }
         }
-        let m = blocked_mask(&self.kv_lens, self.lq, half);
+        let m = std::rc::Rc::new(blocked_mask(&self.kv_lens, self.lq, half));
         let _ = self.blocked.set((half, m.clone()));
         m
     }
@@ -159,6 +163,7 @@ impl PaddedBatch {
                 return Ok(Some(m.clone()));
             }
         }
+        debug_assert_eq!(self.lq, self.lk, "a sliding window needs queries = keys");
         let w = Array::from_slice(
             &window_mask(self.lq, half),
             &[1, 1, self.lq as i32, self.lk as i32],
@@ -207,7 +212,7 @@ fn padded_attention(
             let mask = batch.blocked_mask(half);
             sliding_blocked(&qg, &kg, &vg, b, lq, half, heads, &mask)?
         }
-        _ => sdpa(&qg, &kg, &vg, heads, batch.mask(window)?.as_ref())?,
+        _ => fast_sdpa(&qg, &kg, &vg, heads, batch.mask(window)?.as_ref())?,
     };
     og.transpose_axes(&[0, 2, 1, 3])?
         .reshape(&[(b * lq) as i32, (heads.heads * heads.head_dim) as i32])?
@@ -264,18 +269,18 @@ pub(crate) fn packed_attention(
             qg = fast::rope(&qg, dims, false, theta, 1.0, 0, None)?;
             kg = fast::rope(&kg, dims, false, theta, 1.0, 0, None)?;
         }
-        let (qg, kg) = if heads.contiguous {
-            (qg.contiguous()?, kg.contiguous()?)
-        } else {
-            (qg, kg)
-        };
         let og = match window {
             Window::Sliding { half, layout } if lk > half + 1 => {
                 if blocked(layout, lq) {
                     let mask = blocked_mask(&vec![lk; b], lq, half);
                     sliding_blocked(&qg, &kg, &vg, b, lq, half, heads, &mask)?
                 } else {
-                    let mask = Array::from_slice(&window_mask(lq, half), &[lq as i32, lq as i32]);
+                    let mask = HostMask {
+                        flags: window_mask(lq, half),
+                        items: 1,
+                        rows: lq,
+                        keys: lk,
+                    };
                     sdpa(&qg, &kg, &vg, heads, Some(&mask))?
                 }
             }
@@ -341,7 +346,63 @@ fn to_heads(x: &Array, b: usize, len: usize, heads: Heads) -> Result<Array, Exce
     }
 }
 
+/// A bool attention mask built on the host, `[items, 1, rows, keys]` (`items == 1`: one
+/// `[rows, keys]` mask shared by every batch item), true where a query may see a key.
+pub(crate) struct HostMask {
+    flags: Vec<bool>,
+    items: usize,
+    rows: usize,
+    keys: usize,
+}
+
+impl HostMask {
+    fn array(&self) -> Array {
+        let (rows, keys) = (self.rows as i32, self.keys as i32);
+        if self.items == 1 {
+            Array::from_slice(&self.flags, &[rows, keys])
+        } else {
+            Array::from_slice(&self.flags, &[self.items as i32, 1, rows, keys])
+        }
+    }
+
+    /// The flags of query `row` of batch item `item`.
+    fn row(&self, item: usize, row: usize) -> &[bool] {
+        let item = if self.items == 1 { 0 } else { item };
+        let at = (item * self.rows + row) * self.keys;
+        &self.flags[at..at + self.keys]
+    }
+}
+
+/// Attention of `[B, H, Lq, hd]` queries over `[B, H, Lk, hd]` keys and values, the softmax
+/// on the host when `heads.host_softmax`.
 fn sdpa(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    heads: Heads,
+    mask: Option<&HostMask>,
+) -> Result<Array, Exception> {
+    if !heads.host_softmax {
+        return fast_sdpa(q, k, v, heads, mask.map(HostMask::array).as_ref());
+    }
+    // MLX's CPU softmax computes exp one element at a time (~10-22 ns each): the scores of a
+    // 590-token row cost 55 ms a layer there. Scores and the weighted sum stay MLX matmuls.
+    let scores = q
+        .multiply(Array::from_f32(heads.scale()).as_dtype(q.dtype())?)?
+        .matmul(k.swap_axes(-1, -2)?)?;
+    let shape = scores.shape().to_vec();
+    let (lq, lk) = (shape[2] as usize, shape[3] as usize);
+    let per_item = heads.heads * lq;
+    let values = scores
+        .try_as_slice::<f32>()
+        .map_err(|e| Exception::custom(format!("reading attention scores: {e}")))?;
+    let probs =
+        crate::host::softmax_rows(values, lk, |r| mask.map(|m| m.row(r / per_item, r % lq)));
+    Array::from_slice(&probs, &shape).matmul(v)
+}
+
+/// MLX's attention with an optional MLX mask.
+fn fast_sdpa(
     q: &Array,
     k: &Array,
     v: &Array,
@@ -374,8 +435,9 @@ fn blocked(layout: SlidingAttention, len: usize) -> bool {
 
 /// Query blocks of [`sliding_blocked`] for rows padded to `len` whose real keys number
 /// `key_lens[r]`: `[b · nb, 1, block, span]`, true where query `i` may see key `j`
-/// (`|i - j| <= half`, `j` a real key). Query slots past a row's end repeat its last slot.
-fn blocked_mask(key_lens: &[usize], len: usize, half: usize) -> Array {
+/// (`|i - j| <= half`, `j` a real key). Query slots past `len` (the last block's tail) repeat
+/// slot `len - 1`; a short row's padded slots keep their own positions.
+fn blocked_mask(key_lens: &[usize], len: usize, half: usize) -> HostMask {
     let block = half.max(1);
     let span = block + 2 * half;
     let nb = len.div_ceil(block);
@@ -395,16 +457,18 @@ fn blocked_mask(key_lens: &[usize], len: usize, half: usize) -> Array {
         }
         mask
     };
-    let mask = match key_lens {
+    let flags = match key_lens {
         [first, rest @ ..] if rest.iter().all(|l| l == first) => {
             one_row(*first).repeat(key_lens.len())
         }
         _ => key_lens.iter().flat_map(|&k| one_row(k)).collect(),
     };
-    Array::from_slice(
-        &mask,
-        &[(key_lens.len() * nb) as i32, 1, block as i32, span as i32],
-    )
+    HostMask {
+        flags,
+        items: key_lens.len() * nb,
+        rows: block,
+        keys: span,
+    }
 }
 
 /// Sliding attention by query blocks. `q`, `k`, `v` are `[b, H, L, hd]` (RoPE applied),
@@ -418,7 +482,7 @@ fn sliding_blocked(
     len: usize,
     half: usize,
     heads: Heads,
-    mask: &Array,
+    mask: &HostMask,
 ) -> Result<Array, Exception> {
     let block = half.max(1);
     let span = block + 2 * half;

@@ -16,17 +16,11 @@ pub const BACKEND: &str = env!("LAYA_MLX_BACKEND");
 ///   server meeting many request shapes reaches within minutes; the throw fails every
 ///   later request.
 ///
-/// Returns the settings applied, for the log.
+/// Call it first thing in `main`, before any other thread exists: it may set environment
+/// variables. Returns the settings in effect, for the log.
 pub fn configure_process() -> Vec<(&'static str, String)> {
-    let defaults: &[(&str, &str)] = match BACKEND {
-        "cuda" => &[
-            ("MLX_CUDA_USE_CUDNN_SDPA", "0"),
-            ("MLX_CUDA_GRAPH_CACHE_SIZE", "4096"),
-        ],
-        _ => &[],
-    };
     let mut applied = Vec::new();
-    for &(name, value) in defaults {
+    for &(name, value) in defaults() {
         match std::env::var(name) {
             Ok(v) if !v.is_empty() => applied.push((name, v)),
             _ => {
@@ -37,6 +31,26 @@ pub fn configure_process() -> Vec<(&'static str, String)> {
         }
     }
     applied
+}
+
+fn defaults() -> &'static [(&'static str, &'static str)] {
+    match BACKEND {
+        "cuda" => &[
+            ("MLX_CUDA_USE_CUDNN_SDPA", "0"),
+            ("MLX_CUDA_GRAPH_CACHE_SIZE", "4096"),
+        ],
+        _ => &[],
+    }
+}
+
+/// The settings of [`configure_process`] absent from the environment: a program that loads an
+/// engine without calling it first.
+pub(crate) fn missing() -> Vec<&'static str> {
+    defaults()
+        .iter()
+        .filter(|(name, _)| std::env::var_os(name).is_none_or(|v| v.is_empty()))
+        .map(|(name, _)| *name)
+        .collect()
 }
 
 /// Ends the process with `code` once everything worth keeping is flushed.

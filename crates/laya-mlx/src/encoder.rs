@@ -20,6 +20,19 @@ use crate::weights::TensorStore;
 /// A look at an intermediate array, by name.
 pub(crate) type Tap<'a> = dyn FnMut(&str, &Array) -> Result<(), Exception> + 'a;
 
+/// GeGLU on the host ([`crate::host::geglu`]): evaluates `h` (`[T, 2·inter]`, f32) here.
+fn host_geglu(h: &Array, inter: usize) -> Result<Array, Exception> {
+    let values = h
+        .try_as_slice::<f32>()
+        .map_err(|e| Exception::custom(format!("reading the GeGLU input: {e}")))?;
+    let rows = values.len() / (2 * inter);
+    Array::from_slice(
+        &crate::host::geglu(values, inter),
+        &[rows as i32, inter as i32],
+    )
+    .as_dtype(mlx_rs::Dtype::Float32)
+}
+
 /// The tap of a normal forward: looks at nothing.
 pub(crate) fn no_tap(_: &str, _: &Array) -> Result<(), Exception> {
     Ok(())
@@ -53,6 +66,8 @@ pub(crate) struct Encoder {
     sliding: SlidingAttention,
     /// Attention over one padded batch instead of one batch per row length.
     padded: bool,
+    /// The GeGLU computed on the host ([`crate::EngineSettings::host_math`]).
+    host_geglu: bool,
 }
 
 impl Encoder {
@@ -62,6 +77,7 @@ impl Encoder {
         sliding: SlidingAttention,
         contiguous_heads: bool,
         padded: bool,
+        host_math: bool,
     ) -> Result<Self, LoadError> {
         let eps = cfg.norm_eps;
         let norm = |store: &mut TensorStore, name: &str| -> Result<LayerNorm, LoadError> {
@@ -105,12 +121,14 @@ impl Encoder {
                 heads: cfg.num_attention_heads,
                 head_dim: cfg.head_dim(),
                 contiguous: contiguous_heads,
+                host_softmax: host_math,
             },
             hidden: cfg.hidden_size,
             intermediate: cfg.intermediate_size,
             half_window: cfg.half_window(),
             sliding,
             padded,
+            host_geglu: host_math,
         })
     }
 
@@ -159,8 +177,12 @@ impl Encoder {
             tap(&format!("layer {l} attention"), &x)?;
 
             let h = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
-            let halves = ops::split_at_indices(&h, &[self.intermediate as i32], 1)?;
-            let g = gelu_erf(&halves[0])?.multiply(&halves[1])?;
+            let g = if self.host_geglu {
+                host_geglu(&h, self.intermediate)?
+            } else {
+                let halves = ops::split_at_indices(&h, &[self.intermediate as i32], 1)?;
+                gelu_erf(&halves[0])?.multiply(&halves[1])?
+            };
             x = x.add(layer.mlp_wo.forward(&g)?)?;
             tap(&format!("layer {l} mlp"), &x)?;
         }

@@ -80,23 +80,37 @@ impl MlxEngine {
                 source,
             })?;
         let on_gpu = matches!(device.get_type(), Ok(DeviceType::Gpu));
+        let missing = crate::backend::missing();
+        if on_gpu && !missing.is_empty() {
+            tracing::warn!(
+                ?missing,
+                "MLX settings the engine relies on are not set: call laya_mlx::backend::configure_process() first"
+            );
+        }
         let precision = settings.precision.unwrap_or(if on_gpu {
             Precision::F16
         } else {
             Precision::F32
         });
 
-        // The scorer and the act head are tiny: keep them in f32 at every precision.
         // The scorer and the act head are tiny: keep them in f32 at every precision. So are
         // the norms and the type embedding, which act on the f32 residual stream.
         let in_f32 = |name: &str| {
             name.starts_with("scorer.")
                 || name.starts_with("act_head.")
                 || name.starts_with("type_emb.")
-                || name.contains("norm")
+                || name.split('.').any(|part| {
+                    matches!(
+                        part,
+                        "norm" | "attn_norm" | "mlp_norm" | "final_norm" | "norm1" | "norm2"
+                    )
+                })
         };
         let padded = settings.padded_attention.unwrap_or(on_gpu);
         let contiguous_heads = settings.contiguous_heads.unwrap_or(on_gpu);
+        let host_math = settings
+            .host_math
+            .unwrap_or(!on_gpu && precision == Precision::F32);
         let mut store = TensorStore::load(dir, &config, precision.dtype(), in_f32, &stream)?;
         let (encoder, type_emb, head, scorer, act_head) = mlx_rs::with_stream(&stream, || {
             Ok::<_, LoadError>((
@@ -106,6 +120,7 @@ impl MlxEngine {
                     settings.sliding_attention,
                     contiguous_heads,
                     padded,
+                    host_math,
                 )?,
                 store.take("type_emb.weight")?,
                 DecisionHead::load(
@@ -114,6 +129,7 @@ impl MlxEngine {
                     config.agent.head_layers,
                     contiguous_heads,
                     padded,
+                    host_math,
                 )?,
                 Scorer::load(&mut store)?,
                 ActHead::load(&mut store)?,

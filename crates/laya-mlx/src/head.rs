@@ -66,6 +66,7 @@ impl DecisionHead {
         n_layers: usize,
         contiguous_heads: bool,
         padded: bool,
+        host_softmax: bool,
     ) -> Result<Self, LoadError> {
         let nhead = head_heads(hidden);
         if hidden.checked_rem(nhead) != Some(0) {
@@ -102,6 +103,7 @@ impl DecisionHead {
                 heads: nhead,
                 head_dim: hidden / nhead,
                 contiguous: contiguous_heads,
+                host_softmax,
             },
             hidden,
             padded,
@@ -125,7 +127,9 @@ impl DecisionHead {
     ) -> Result<Array, Exception> {
         let n = self.layers.len();
         let mut x = x.clone();
-        let padded = self.padded.then(|| PaddedBatch::new(spans, spans));
+        // Full-row attention runs in every layer but a shortened last one.
+        let padded =
+            (self.padded && (n > 1 || full_last_layer)).then(|| PaddedBatch::new(spans, spans));
         for (j, layer) in self.layers.iter().enumerate() {
             let _span = tracing::trace_span!("head_layer", j).entered();
             let last = j + 1 == n;

@@ -8,8 +8,9 @@
 //! implements [`laya_core::engine::Forward`]: rows of token ids in, raw option logits and act
 //! logits out, in f32.
 //!
-//! Rows are never padded against each other: every linear layer runs on all rows' tokens
-//! packed into one matrix, and attention runs per row (`attention.rs`).
+//! Rows are never padded against each other in a linear layer: every one runs on all rows'
+//! tokens packed into one matrix. Attention runs per row on the CPU, and on a GPU over the
+//! rows padded to the longest with the padding masked out (`attention.rs`).
 //!
 //! ```no_run
 //! use laya_core::engine::{Forward, Row};
@@ -30,6 +31,7 @@ mod encoder;
 mod engine;
 mod error;
 mod head;
+mod host;
 mod layers;
 mod settings;
 pub mod weights;

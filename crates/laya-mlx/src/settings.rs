@@ -84,4 +84,9 @@ pub struct EngineSettings {
     /// instead of one batch per distinct row length. Linear layers stay unpadded either way.
     /// `None` pads on the GPU only, where one large batch costs less than many small ones.
     pub padded_attention: Option<bool>,
+    /// Compute the encoder's GeGLU (exact-erf GELU times the gate) and the attention softmax
+    /// on the host, vectorized and across cores, instead of with MLX's CPU `erf` and `exp`,
+    /// which run one element at a time. `None` does so on the CPU in f32. The erf is the form
+    /// PyTorch's CPU kernels use.
+    pub host_math: Option<bool>,
 }

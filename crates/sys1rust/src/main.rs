@@ -154,13 +154,15 @@ fn main() {
     for (name, value) in laya_mlx::backend::configure_process() {
         tracing::debug!(name, value, "MLX setting");
     }
-    let result = match cli.command {
+    // A panic here must still leave through `exit` (the hook has printed it already).
+    let result = std::panic::catch_unwind(move || match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Decide(args) => decide::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Pull(args) => models::pull(&args),
         Command::Models => models::list(),
-    };
+    })
+    .unwrap_or_else(|_| laya_mlx::backend::exit(101));
     // As `fn main() -> Result` would report it, then an exit that skips MLX's teardown.
     let code = match result {
         Ok(()) => 0,
