@@ -27,8 +27,8 @@
 #                     bench/gpu/upstream-wheels.sh has staged them
 #   MANIFEST          sha256 of the carried libmlx.so and the list of its parts
 # Results of an earlier machine that a fresh one should not redo (upstream's answers and
-# reports, say) can be put in .carry/prev/: they travel in the last group and run.sh setup
-# copies them into $STAGE/res.
+# reports, say) can be put in .carry/prev/: they travel in whichever group has room, and
+# run.sh setup copies them into $STAGE/res.
 # On the device, bench/gpu/run.sh setup unpacks whatever groups have arrived into $STAGE
 # (/tmp/sys1) and assembles libmlx.so once all its parts are there; the device keeps ignored
 # files and /tmp between calls only while it stays warm (30 s), so several groups must go in

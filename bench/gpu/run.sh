@@ -210,7 +210,8 @@ phase_probe() {
   probe strided 60 X=1 -- "$STAGE/bin/gpu-probe" "$CKPT" strided
   local cfg
   for cfg in $PROBE_CONFIGS; do
-    probe "$cfg" 120 "${cfg//,/ }" -- "$STAGE/bin/gpu-probe" "$CKPT" forward
+    # shellcheck disable=SC2086 # one env argument per VAR=value
+    probe "$cfg" 120 ${cfg//,/ } -- "$STAGE/bin/gpu-probe" "$CKPT" forward
   done
   if [ -x "$STAGE/bin/gpu-probe-alt" ] && [ -f "$STAGE/site-alt/mlx/lib/libmlx.so" ]; then
     probe alt 200 "LD_LIBRARY_PATH=$STAGE/site-alt/mlx/lib" -- "$STAGE/bin/gpu-probe-alt" "$CKPT" ops forward taps
