@@ -87,6 +87,17 @@ fn main() -> Result<(), Exception> {
             None,
         )
     })?;
+    let rope = time("RoPE on q and k [rows,16,L,64]", iters, || {
+        let q = fast::rope(&q, 64, false, 160000.0f32, 1.0, 0, None)?;
+        let k = fast::rope(&k, 64, false, 160000.0f32, 1.0, 0, None)?;
+        q.add(&k)
+    })?;
+    let norm_w = normal(&[D])?;
+    let norms = time("2 LayerNorms [t,1024] + 2 residual adds", iters, || {
+        let a = fast::layer_norm(&x, &norm_w, None, 1e-5)?.add(&x)?;
+        fast::layer_norm(&a, &norm_w, None, 1e-5)?.add(&a)
+    })?;
+    println!("rope {rope:.2} ms; norms and adds {norms:.2} ms");
     let small = normal(&[1, D])?;
     let chain = 1000;
     let per_op = time("1000 chained adds on [1,1024], one eval", iters, || {
