@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The device-side GPU harness: runs on the GPU machine, from the repository root, over what
-# bench/gpu/carry.sh staged into .carry/. Phases run in the order given:
+# bench/gpu/carry.sh staged into .carry/ (usually all in .carry/p1: one call). Phases run in
+# the order given, e.g.
 #
-#   bench/gpu/run.sh setup checkpoint upstream                          # 1st call (.carry/p1)
-#   bench/gpu/run.sh setup need_mlx cold replay engine reference parity # 2nd call (.carry/p2)
+#   bench/gpu/run.sh setup checkpoint replay engine parity cold
 #
 #   setup       unpack the carried groups into $STAGE (default /tmp/sys1), assemble libmlx.so
 #               once all its parts are there, link the wheel's nvidia/ to the CUDA 13 libraries
@@ -22,6 +22,16 @@
 #   engine      the engine in-process (its bench command) and over HTTP: answers for parity,
 #               the 12 sizes, served throughput at CLIENTS concurrent clients
 #   parity      every contender's answers vs upstream cpu-f32
+#   probe       the gpu-probe example: GPU vs CPU op by op, whole forwards, layer taps
+#   upstream_http  upstream laya-serve's own app over HTTP for each of UP_MODES (bench/gpu/
+#               upstream_serve.py; the wheels from bench/gpu/upstream-wheels.sh)
+#   variants    the engine in-process under other MLX settings (VARIANTS)
+#
+# Every contender on one machine takes three consecutive calls (the machine stays warm
+# between them; results accumulate in $STAGE/res):
+#   setup checkpoint reference replay engine cold upstream_http        # ~7 min
+#   upstream                                                            # ~9 min, compile last
+#   UP_MODES=cuda-compile upstream_http parity                          # ~6 min
 #
 # Another engine reuses it by setting ENGINE (a name), ENGINE_SERVE (a command that prints a
 # JSON ready line with "address", given --port 0 style arguments already) and ENGINE_BENCH (a
@@ -317,7 +327,10 @@ phase_upstream_http() {
   local mode
   for mode in $UP_MODES; do
     say "upstream $mode over HTTP"
-    timeout -k 5 150 python3 "$ROOT/bench/gpu/served.py" --name "upstream-$mode-http" \
+    # The compiled mode spends minutes compiling before its ready line (261 s on an H200).
+    local limit=150
+    [ "$mode" = cuda-compile ] && limit=560
+    timeout -k 5 $limit python3 "$ROOT/bench/gpu/served.py" --name "upstream-$mode-http" \
       --cmd "python3 $ROOT/bench/gpu/upstream_serve.py --model $CKPT --mode $mode --pypath $STAGE/serve-py" \
       --workload "$SMOKE" --answers "$RES/answers-upstream-$mode-http.jsonl" \
       --shapes "$SHAPES" --runs "$UP_RUNS" --warmup "$UP_WARMUP" \
