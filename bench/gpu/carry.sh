@@ -20,9 +20,6 @@
 #                     (bench/gpu/slim-fatbin.py, SM=90 for the H200): ~15 MB instead of 68 MB
 #   fixtures.tar.xz   fixtures/{checkpoints,references} (the f16 replay); CARRY_FIXTURES=0 leaves
 #                     it out
-#   alt.tar.xz        with ALT_MLX=<unpacked wheel dir> and ALT_TARGET=<target dir>: a second
-#                     MLX release and the gpu-probe built against it (site-alt/, bin/gpu-probe-alt),
-#                     to compare MLX releases in the same call
 #   upstream-wheels.tar.xz  upstream laya-serve's HTTP dependencies, when
 #                     bench/gpu/upstream-wheels.sh has staged them
 #   MANIFEST          sha256 of the carried libmlx.so and the list of its parts
@@ -114,13 +111,6 @@ cp "$xzf" "$OUTD/libmlx.so.xz.part1"
   echo "libmlx.so.xz.part1 $(sha256sum "$OUTD/libmlx.so.xz.part1" | cut -d' ' -f1)"
 } > "$OUTD/MANIFEST"
 
-if [ -n "${ALT_MLX:-}" ]; then
-  mkdir -p "$WORK/alt/site-alt/mlx/lib" "$WORK/alt/bin"
-  cp -r "$ALT_MLX/mlx/include" "$ALT_MLX/mlx/share" "$WORK/alt/site-alt/mlx/"
-  xz -dc "$(slim "$ALT_MLX/mlx/lib/libmlx.so")" > "$WORK/alt/site-alt/mlx/lib/libmlx.so"
-  strip -o "$WORK/alt/bin/gpu-probe-alt" "$ALT_TARGET/release/examples/gpu-probe"
-  tar -C "$WORK/alt" -cJf "$OUTD/alt.tar.xz" site-alt bin
-fi
 # Upstream's HTTP server dependencies (bench/gpu/upstream-wheels.sh), when staged.
 [ -f .carry/upstream-wheels.tar.xz ] && cp .carry/upstream-wheels.tar.xz "$OUTD/"
 [ -d .carry/prev ] && cp -r .carry/prev "$OUTD/prev"

@@ -127,11 +127,6 @@ phase_setup() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$STAGE/serve-py" "$STAGE"/wheels/*.whl \
       || for w in "$STAGE"/wheels/*.whl; do python3 -m zipfile -e "$w" "$STAGE/serve-py"; done
   fi
-  # A second MLX release (carry.sh ALT_MLX) shares the first one's neighbours.
-  if [ -d "$STAGE/site-alt" ]; then
-    ln -sfn "$(readlink "$STAGE/site/nvidia")" "$STAGE/site-alt/nvidia"
-    ln -sfn "$STAGE/site/mlx_cuda_13.libs" "$STAGE/site-alt/mlx_cuda_13.libs"
-  fi
   if [ ! -d "$STAGE/py/laya" ] && ls "$STAGE"/whl/laya-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$STAGE/py" "$STAGE"/whl/laya-*.whl
   fi
@@ -196,8 +191,7 @@ phase_diagnose() {
 
 # The GPU parity probe (laya-mlx's gpu-probe example): the operations
 # with the engine's layouts, whole forwards and layer taps, GPU against CPU f32; then the
-# forwards again under each of PROBE_CONFIGS (MLX environment knobs), and with the second MLX
-# release when one was carried.
+# forwards again under each of PROBE_CONFIGS (MLX environment knobs).
 PROBE_CONFIGS=${PROBE_CONFIGS:-}
 probe() { # name timeout env... -- args...
   local name=$1 limit=$2; shift 2
@@ -223,9 +217,6 @@ phase_probe() {
     # shellcheck disable=SC2086 # one env argument per VAR=value
     probe "$cfg" 120 ${cfg//,/ } -- "$STAGE/bin/gpu-probe" "$CKPT" forward
   done
-  if [ -x "$STAGE/bin/gpu-probe-alt" ] && [ -f "$STAGE/site-alt/mlx/lib/libmlx.so" ]; then
-    probe alt 200 "LD_LIBRARY_PATH=$STAGE/site-alt/mlx/lib" -- "$STAGE/bin/gpu-probe-alt" "$CKPT" ops forward taps
-  fi
 }
 
 phase_reference() {

@@ -26,11 +26,10 @@ fn host_geglu(h: &Array, inter: usize) -> Result<Array, Exception> {
         .try_as_slice::<f32>()
         .map_err(|e| Exception::custom(format!("reading the GeGLU input: {e}")))?;
     let rows = values.len() / (2 * inter);
-    Array::from_slice(
+    Ok(Array::from_slice(
         &crate::host::geglu(values, inter),
         &[rows as i32, inter as i32],
-    )
-    .as_dtype(mlx_rs::Dtype::Float32)
+    ))
 }
 
 /// The tap of a normal forward: looks at nothing.

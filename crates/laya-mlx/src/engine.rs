@@ -188,12 +188,8 @@ impl MlxEngine {
 
     /// Runs one pass over `rows` (each row exactly its own tokens and markers).
     pub fn run(&self, rows: &[Row]) -> Result<Vec<RowLogits>, ForwardError> {
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.check_rows(rows)?;
         let started = Instant::now();
-        let out = mlx_rs::with_stream(&self.stream, || self.run_on_stream(rows, &mut no_tap))?;
+        let out = self.run_tapped(rows, &mut no_tap)?;
         tracing::debug!(
             rows = rows.len(),
             tokens = rows.iter().map(|r| r.ids.len()).sum::<usize>(),
