@@ -3,6 +3,7 @@
 //! layout, and answer decoding. Engines plug in through [`engine::Forward`]; [`engine_api::Engine`]
 //! ties a checkpoint's tokenizer and configs to one.
 
+pub mod checkpoint;
 pub mod confidence;
 pub mod config;
 pub mod decode;

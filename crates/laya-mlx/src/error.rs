@@ -107,6 +107,29 @@ pub enum ForwardError {
     },
 }
 
+impl From<laya_core::checkpoint::TensorError> for LoadError {
+    fn from(e: laya_core::checkpoint::TensorError) -> Self {
+        use laya_core::checkpoint::TensorError as T;
+        match e {
+            T::Read { path, source } => LoadError::Read { path, source },
+            T::Format { path, reason } => LoadError::Format { path, reason },
+            T::MissingTensor { name } => LoadError::MissingTensor { name },
+            T::UnexpectedTensor { name } => LoadError::UnexpectedTensor { name },
+            T::Shape {
+                name,
+                expected,
+                found,
+            } => LoadError::Shape {
+                name,
+                expected,
+                found,
+            },
+            T::Dtype { name, dtype } => LoadError::Dtype { name, dtype },
+            other => LoadError::Unsupported(other.to_string()),
+        }
+    }
+}
+
 impl From<ForwardError> for laya_core::engine::EngineError {
     fn from(e: ForwardError) -> Self {
         laya_core::engine::EngineError::new(e.to_string())
