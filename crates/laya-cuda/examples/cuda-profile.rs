@@ -1,0 +1,67 @@
+//! Where a forward pass's time goes on the GPU: for each shape, the host wall time of
+//! `CudaEngine::run` (graph replay, median) and the GPU time of every step (events between
+//! the steps of a captured pass, median), as one JSON line per shape.
+//!
+//! ```text
+//! cuda-profile <checkpoint dir> [ROWSxTOKENS ...]     (default 1x80 1x150 1x600 4x600 10x600)
+//! ```
+//! Rows are synthetic: token ids 1000 + i, four option markers at positions 1-4. `ITERS`
+//! (default 50) sets the repetitions, `TUNE=1` times cuBLASLt's candidates for every GEMM shape.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use laya_core::config::QType;
+use laya_core::engine::Row;
+use laya_cuda::{CudaEngine, CudaSettings};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let dir = PathBuf::from(args.next().ok_or("usage: cuda-profile <checkpoint dir> [RxT ...]")?);
+    let mut shapes: Vec<String> = args.collect();
+    if shapes.is_empty() {
+        shapes = ["1x80", "1x150", "1x600", "4x600", "10x600"].map(String::from).to_vec();
+    }
+    let iters: usize = std::env::var("ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    let settings = CudaSettings {
+        tune_gemms: std::env::var("TUNE").is_ok_and(|v| v == "1"),
+        ..CudaSettings::default()
+    };
+    let mut engine = CudaEngine::load(&dir, &settings)?;
+    for shape in shapes {
+        let (r, t) = shape.split_once('x').ok_or("a shape is ROWSxTOKENS")?;
+        let (r, t): (usize, usize) = (r.parse()?, t.parse()?);
+        let rows: Vec<Row> = (0..r)
+            .map(|i| Row {
+                ids: (0..t - i.min(t / 2)).map(|j| 1000 + j as u32).collect(),
+                markers: vec![1, 2, 3, 4],
+                qtype: QType::Choice,
+            })
+            .collect();
+        engine.run(&rows)?;
+        engine.run(&rows)?;
+        let mut wall = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let started = Instant::now();
+            engine.run(&rows)?;
+            wall.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        wall.sort_by(f64::total_cmp);
+        let (steps, gpu_us) = engine.profile(&rows, iters)?;
+        let steps: serde_json::Map<String, serde_json::Value> = steps
+            .into_iter()
+            .map(|(l, us)| (l, serde_json::json!((us * 10.0).round() / 10.0)))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "shape": shape,
+                "tokens": rows.iter().map(|r| r.ids.len()).sum::<usize>(),
+                "run_ms_median": wall[wall.len() / 2],
+                "gpu_pass_us": (gpu_us * 10.0).round() / 10.0,
+                "steps_us": steps,
+            })
+        );
+    }
+    Ok(())
+}

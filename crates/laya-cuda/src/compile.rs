@@ -1,0 +1,163 @@
+//! The kernels of `kernels.cu`, compiled by NVRTC for the GPU at hand and cached on disk.
+//!
+//! NVRTC turns the source into a cubin for exactly this device's architecture (`sm_90` on an
+//! H100/H200), so the driver has no PTX to JIT at start and the code can use the chip's own
+//! instructions. The cubin is stored under the cache directory, named by the SHA-256 of
+//! everything that shapes it (source, options, NVRTC version), so a restart loads it in
+//! milliseconds and a changed kernel can never load a stale binary.
+
+use std::ffi::{c_char, CStr, CString};
+use std::path::{Path, PathBuf};
+
+use cudarc::nvrtc::sys as nvrtc;
+use sha2::{Digest, Sha256};
+
+use crate::error::CudaError;
+
+/// The source of every kernel of the forward pass.
+pub const KERNELS: &str = include_str!("kernels.cu");
+
+/// A compiled module image for one architecture.
+#[derive(Debug)]
+pub struct Compiled {
+    /// The cubin.
+    pub image: Vec<u8>,
+    /// Whether it came from the disk cache.
+    pub cached: bool,
+}
+
+fn nvrtc_check(r: nvrtc::nvrtcResult, what: &str) -> Result<(), CudaError> {
+    if r == nvrtc::nvrtcResult::NVRTC_SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError::Compile(format!("{what}: {r:?}")))
+    }
+}
+
+/// NVRTC's version, `(major, minor)`.
+pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters.
+    nvrtc_check(unsafe { nvrtc::nvrtcVersion(&mut major, &mut minor) }, "nvrtcVersion")?;
+    Ok((major, minor))
+}
+
+/// The options NVRTC gets for compute capability `cc` (e.g. `(9, 0)`).
+fn options(cc: (i32, i32)) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture=sm_{}{}", cc.0, cc.1),
+        "--std=c++17".into(),
+        // No --use_fast_math: erf, exp and division stay exact, as upstream's are.
+        "-default-device".into(),
+    ]
+}
+
+/// Compiles [`KERNELS`] for compute capability `cc`, through the cache in `cache_dir` when
+/// one is given (created if missing; a cache that cannot be written is only logged).
+pub fn compile(cc: (i32, i32), cache_dir: Option<&Path>) -> Result<Compiled, CudaError> {
+    let opts = options(cc);
+    let version = nvrtc_version()?;
+    let mut h = Sha256::new();
+    h.update(KERNELS.as_bytes());
+    for o in &opts {
+        h.update(o.as_bytes());
+        h.update([0]);
+    }
+    h.update(format!("nvrtc {}.{}", version.0, version.1).as_bytes());
+    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let path: Option<PathBuf> = cache_dir.map(|d| d.join(format!("laya-cuda-{key}.cubin")));
+    if let Some(p) = &path {
+        if let Ok(image) = std::fs::read(p) {
+            if !image.is_empty() {
+                tracing::debug!(path = %p.display(), "kernels loaded from the cache");
+                return Ok(Compiled {
+                    image,
+                    cached: true,
+                });
+            }
+        }
+    }
+    let started = std::time::Instant::now();
+    let image = nvrtc_compile(KERNELS, &opts)?;
+    tracing::info!(
+        arch = %format!("sm_{}{}", cc.0, cc.1),
+        nvrtc = %format!("{}.{}", version.0, version.1),
+        ms = started.elapsed().as_millis() as u64,
+        "kernels compiled"
+    );
+    if let (Some(p), Some(dir)) = (&path, cache_dir) {
+        // Write then rename, so a concurrent start never reads half a file.
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        let stored = std::fs::create_dir_all(dir)
+            .and_then(|_| std::fs::write(&tmp, &image))
+            .and_then(|_| std::fs::rename(&tmp, p));
+        if let Err(e) = stored {
+            tracing::warn!(path = %p.display(), error = %e, "cannot cache the compiled kernels");
+        }
+    }
+    Ok(Compiled {
+        image,
+        cached: false,
+    })
+}
+
+/// Runs NVRTC on `src` with `opts` and returns the cubin, or the compiler's log as the error.
+pub fn nvrtc_compile(src: &str, opts: &[String]) -> Result<Vec<u8>, CudaError> {
+    let src = CString::new(src).map_err(|_| CudaError::Compile("NUL in the source".into()))?;
+    let name = CString::new("laya_kernels.cu").map_err(|_| CudaError::Compile("name".into()))?;
+    let copts: Vec<CString> = opts
+        .iter()
+        .map(|o| CString::new(o.as_str()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| CudaError::Compile("NUL in an option".into()))?;
+    let ptrs: Vec<*const c_char> = copts.iter().map(|o| o.as_ptr()).collect();
+    let mut prog: nvrtc::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: valid C strings that outlive the calls; `prog` is destroyed on every path.
+    unsafe {
+        nvrtc_check(
+            nvrtc::nvrtcCreateProgram(
+                &mut prog,
+                src.as_ptr(),
+                name.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            ),
+            "nvrtcCreateProgram",
+        )?;
+        let compiled = nvrtc::nvrtcCompileProgram(prog, ptrs.len() as i32, ptrs.as_ptr());
+        let result = if compiled != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            Err(CudaError::Compile(format!(
+                "NVRTC failed ({compiled:?}):\n{}",
+                program_log(prog)
+            )))
+        } else {
+            let mut size = 0usize;
+            nvrtc_check(nvrtc::nvrtcGetCUBINSize(prog, &mut size), "nvrtcGetCUBINSize").and_then(
+                |_| {
+                    let mut image = vec![0u8; size];
+                    nvrtc_check(
+                        nvrtc::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut c_char),
+                        "nvrtcGetCUBIN",
+                    )
+                    .map(|_| image)
+                },
+            )
+        };
+        nvrtc::nvrtcDestroyProgram(&mut prog);
+        result
+    }
+}
+
+/// The compiler's log of `prog`.
+unsafe fn program_log(prog: nvrtc::nvrtcProgram) -> String {
+    let mut size = 0usize;
+    if nvrtc::nvrtcGetProgramLogSize(prog, &mut size) != nvrtc::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return String::new();
+    }
+    let mut buf = vec![0 as c_char; size];
+    if nvrtc::nvrtcGetProgramLog(prog, buf.as_mut_ptr()) != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+        return String::new();
+    }
+    CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned()
+}

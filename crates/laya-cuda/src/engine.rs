@@ -1,0 +1,859 @@
+//! [`CudaEngine`]: a loaded checkpoint on one NVIDIA GPU, implementing
+//! [`laya_core::engine::Forward`].
+//!
+//! One pass stages the rows into pinned memory ([`crate::batch`]), then runs one fixed
+//! sequence on the engine's stream: copy in, embedding + norm, 28 encoder layers (4 GEMMs,
+//! attention, GeGLU and two norms each), the decision head, the scorer and the act head at
+//! the selected positions, copy out. That sequence depends only on the pass's bucket, so it
+//! is captured once per bucket as a CUDA graph and replayed: ~250 launches cost one.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use laya_core::checkpoint::CheckpointTensors;
+use laya_core::config::CheckpointConfig;
+use laya_core::engine::{EngineError, Forward, Row, RowLogits};
+
+use crate::batch::{self, Bucket};
+use crate::compile;
+use crate::error::{CudaError, ForwardError, LoadError};
+use crate::gemm::{Blas, Gemm, Kind};
+use crate::gpu::{copy_in, copy_out, Args, DeviceBuf, Event, Gpu, Graph, Module, PinnedBuf};
+use crate::weights::Weights;
+
+/// Which attention kernel runs the encoder and the head's full layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Attention {
+    /// Tensor-core flash attention (`attention_mma`).
+    #[default]
+    TensorCore,
+    /// One warp per query and head, exact f32 softmax (`attention_rows`): slow, a reference.
+    Rows,
+}
+
+/// How the engine runs.
+#[derive(Debug, Clone)]
+pub struct CudaSettings {
+    /// CUDA device ordinal.
+    pub ordinal: usize,
+    /// Replay each bucket's forward as a CUDA graph (off: launch every kernel each time).
+    pub graphs: bool,
+    pub attention: Attention,
+    /// Where compiled kernels are cached; `None` compiles at every start.
+    pub kernel_cache: Option<PathBuf>,
+    /// Rows are split into passes of at most this many tokens (bounds the activation memory).
+    pub max_pass_tokens: usize,
+    /// Time cuBLASLt's candidate algorithms for each GEMM shape when it is first planned.
+    /// Off by default: timing noise can pick another algorithm on another start, and with it
+    /// other last bits in the answers; the heuristic's pick is the same on every start. It
+    /// gained 0-3% when measured (results/GPU-NOTES.md).
+    pub tune_gemms: bool,
+}
+
+impl Default for CudaSettings {
+    fn default() -> Self {
+        CudaSettings {
+            ordinal: 0,
+            graphs: true,
+            attention: Attention::TensorCore,
+            kernel_cache: default_kernel_cache(),
+            max_pass_tokens: 16_384,
+            tune_gemms: false,
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/sys1rust/kernels`, else `~/.cache/sys1rust/kernels`.
+pub fn default_kernel_cache() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map(|c| c.join("sys1rust").join("kernels"))
+}
+
+struct Kernels {
+    embed_norm: cudarc::driver::sys::CUfunction,
+    norm_f16: cudarc::driver::sys::CUfunction,
+    norm_f32: cudarc::driver::sys::CUfunction,
+    final_norm: cudarc::driver::sys::CUfunction,
+    gather_norm: cudarc::driver::sys::CUfunction,
+    geglu: cudarc::driver::sys::CUfunction,
+    rope_qk: cudarc::driver::sys::CUfunction,
+    attention_mma: cudarc::driver::sys::CUfunction,
+    attention_rows: cudarc::driver::sys::CUfunction,
+    scorer_out: cudarc::driver::sys::CUfunction,
+    act_hidden: cudarc::driver::sys::CUfunction,
+    act_out: cudarc::driver::sys::CUfunction,
+    spin: cudarc::driver::sys::CUfunction,
+    _module: Module,
+}
+
+impl Kernels {
+    fn load(module: Module) -> Result<Kernels, CudaError> {
+        Ok(Kernels {
+            embed_norm: module.function("embed_norm")?,
+            norm_f16: module.function("norm_f16")?,
+            norm_f32: module.function("norm_f32")?,
+            final_norm: module.function("final_norm")?,
+            gather_norm: module.function("gather_norm")?,
+            geglu: module.function("geglu")?,
+            rope_qk: module.function("rope_qk")?,
+            attention_mma: module.function("attention_mma")?,
+            attention_rows: module.function("attention_rows")?,
+            scorer_out: module.function("scorer_out")?,
+            act_hidden: module.function("act_hidden")?,
+            act_out: module.function("act_out")?,
+            spin: module.function("spin")?,
+            _module: module,
+        })
+    }
+}
+
+/// Activation buffers for every bucket up to `cap`, and the staging memory.
+struct Workspace {
+    cap: Bucket,
+    stage: PinnedBuf,
+    out_host: PinnedBuf,
+    meta: DeviceBuf,
+    x: DeviceBuf,
+    a: DeviceBuf,
+    qkv: DeviceBuf,
+    att: DeviceBuf,
+    wide: DeviceBuf,
+    g: DeviceBuf,
+    h: DeviceBuf,
+    hs: DeviceBuf,
+    a_s: DeviceBuf,
+    q_s: DeviceBuf,
+    att_s: DeviceBuf,
+    wide_s: DeviceBuf,
+    z: DeviceBuf,
+    u: DeviceBuf,
+    act_hid: DeviceBuf,
+    out: DeviceBuf,
+}
+
+impl Workspace {
+    fn new(
+        cap: Bucket,
+        d: usize,
+        inter: usize,
+        n_act: usize,
+        act_hidden: usize,
+    ) -> Result<Workspace, CudaError> {
+        let (t, s) = (cap.tokens, cap.selected);
+        let wide = (2 * inter).max(4 * d);
+        Ok(Workspace {
+            cap,
+            stage: PinnedBuf::alloc(cap.words() * 4)?,
+            out_host: PinnedBuf::alloc(cap.outputs(n_act) * 4)?,
+            meta: DeviceBuf::alloc(cap.words() * 4)?,
+            x: DeviceBuf::alloc(t * d * 4)?,
+            a: DeviceBuf::alloc(t * d * 2)?,
+            qkv: DeviceBuf::alloc(t * 3 * d * 2)?,
+            att: DeviceBuf::alloc(t * d * 2)?,
+            wide: DeviceBuf::alloc(t * wide * 2)?,
+            g: DeviceBuf::alloc(t * inter * 2)?,
+            h: DeviceBuf::alloc(t * d * 4)?,
+            hs: DeviceBuf::alloc(s * d * 4)?,
+            a_s: DeviceBuf::alloc(s * d * 2)?,
+            q_s: DeviceBuf::alloc(s * d * 2)?,
+            att_s: DeviceBuf::alloc(s * d * 2)?,
+            wide_s: DeviceBuf::alloc(s * 4 * d * 2)?,
+            z: DeviceBuf::alloc(s * d * 4)?,
+            u: DeviceBuf::alloc(s * d * 4)?,
+            act_hid: DeviceBuf::alloc(cap.max_rows() * act_hidden * 4)?,
+            out: DeviceBuf::alloc(cap.outputs(n_act) * 4)?,
+        })
+    }
+}
+
+/// Counters since load, for logs and benchmarks.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    /// Passes replayed from a captured graph.
+    pub replays: u64,
+    /// Passes launched kernel by kernel (first use of a bucket, or graphs off).
+    pub eager: u64,
+    /// Graphs captured.
+    pub captures: u64,
+}
+
+/// A Laya checkpoint loaded on one NVIDIA GPU.
+///
+/// Build it on the thread that will use it: the CUDA context is bound to that thread.
+pub struct CudaEngine {
+    config: CheckpointConfig,
+    settings: CudaSettings,
+    blas: Blas,
+    weights: Weights,
+    kernels: Kernels,
+    work: Option<Workspace>,
+    graphs: HashMap<Bucket, Graph>,
+    stats: Stats,
+    gpu: Gpu,
+}
+
+impl std::fmt::Debug for CudaEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaEngine")
+            .field("gpu", &self.gpu)
+            .field("graphs", &self.graphs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+const HEAD_NORM_EPS: f32 = 1e-5;
+const NORM_ROWS_PER_BLOCK: usize = 8;
+
+fn grid_for(n: usize, per_block: usize) -> (u32, u32, u32) {
+    (n.div_ceil(per_block).max(1) as u32, 1, 1)
+}
+
+impl CudaEngine {
+    /// Loads the checkpoint directory `dir` onto the GPU, compiles (or loads cached) kernels.
+    pub fn load(dir: &Path, settings: &CudaSettings) -> Result<CudaEngine, LoadError> {
+        let started = Instant::now();
+        let config = CheckpointConfig::load(dir)?;
+        check_supported(&config)?;
+        let tensors = CheckpointTensors::open(dir, &config)?;
+        let gpu = Gpu::open(settings.ordinal)?;
+        let compiled = compile::compile(gpu.cc, settings.kernel_cache.as_deref())?;
+        let kernels = Kernels::load(Module::load(&compiled.image)?)?;
+        let weights = Weights::load(&tensors, &config)?;
+        let mut blas = Blas::new()?;
+        blas.tune = settings.tune_gemms;
+        tracing::info!(
+            dir = %dir.display(),
+            gpu = %gpu.name,
+            cc = %format!("{}.{}", gpu.cc.0, gpu.cc.1),
+            weights_mib = weights.bytes >> 20,
+            kernels_cached = compiled.cached,
+            ms = started.elapsed().as_millis() as u64,
+            "checkpoint loaded on CUDA"
+        );
+        Ok(CudaEngine {
+            config,
+            settings: settings.clone(),
+            blas,
+            weights,
+            kernels,
+            work: None,
+            graphs: HashMap::new(),
+            stats: Stats::default(),
+            gpu,
+        })
+    }
+
+    /// The GPU's name, e.g. `NVIDIA H200`.
+    pub fn gpu_name(&self) -> &str {
+        &self.gpu.name
+    }
+
+    /// The checkpoint's configs.
+    pub fn config(&self) -> &CheckpointConfig {
+        &self.config
+    }
+
+    /// Counters since load.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Buckets with a captured graph, in order.
+    pub fn captured(&self) -> Vec<Bucket> {
+        let mut b: Vec<Bucket> = self.graphs.keys().copied().collect();
+        b.sort();
+        b
+    }
+
+    fn check_rows(&self, rows: &[Row]) -> Result<(), ForwardError> {
+        let vocab = self.config.encoder.vocab_size;
+        let max_len = self.weights.max_positions.min(self.settings.max_pass_tokens);
+        for (i, r) in rows.iter().enumerate() {
+            let invalid = |reason: String| ForwardError::InvalidRow { row: i, reason };
+            if r.ids.is_empty() {
+                return Err(invalid("no tokens".into()));
+            }
+            if r.ids.len() > max_len {
+                return Err(invalid(format!(
+                    "{} tokens is more than the {max_len} this engine runs",
+                    r.ids.len()
+                )));
+            }
+            if r.markers.is_empty() {
+                return Err(invalid("no option markers".into()));
+            }
+            if let Some(&m) = r.markers.iter().find(|&&m| m >= r.ids.len()) {
+                return Err(invalid(format!(
+                    "marker {m} is outside its {} tokens",
+                    r.ids.len()
+                )));
+            }
+            if let Some(&t) = r.ids.iter().find(|&&t| t as usize >= vocab) {
+                return Err(invalid(format!(
+                    "token id {t} is outside the vocabulary of {vocab}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `rows` (each exactly its own tokens and markers) and returns their logits.
+    pub fn run(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, ForwardError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.check_rows(rows)?;
+        self.gpu.bind()?;
+        let started = Instant::now();
+        let mut out = Vec::with_capacity(rows.len());
+        for range in batch::passes(rows, self.settings.max_pass_tokens) {
+            out.extend(self.run_pass(&rows[range])?);
+        }
+        tracing::debug!(
+            rows = rows.len(),
+            tokens = rows.iter().map(|r| r.ids.len()).sum::<usize>(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "forward"
+        );
+        Ok(out)
+    }
+
+    /// Prepares `bucket` ahead of traffic: buffers, GEMM plans and its graph.
+    pub fn warm(&mut self, bucket: Bucket) -> Result<(), ForwardError> {
+        self.gpu.bind()?;
+        self.ensure_capacity(bucket)?;
+        if self.settings.graphs && !self.graphs.contains_key(&bucket) {
+            // Rows of padding only: nrows = 0, every kernel still runs at full size.
+            let work = self.work.as_mut().ok_or_else(no_workspace)?;
+            batch::stage(&[], bucket, work.stage.words_mut());
+            self.enqueue(bucket, None)?;
+            self.gpu.sync()?;
+            self.capture(bucket)?;
+        }
+        Ok(())
+    }
+
+    fn ensure_capacity(&mut self, bucket: Bucket) -> Result<(), CudaError> {
+        let fits = self
+            .work
+            .as_ref()
+            .is_some_and(|w| w.cap.tokens >= bucket.tokens && w.cap.selected >= bucket.selected);
+        if fits {
+            return Ok(());
+        }
+        let old = self.work.as_ref().map(|w| w.cap);
+        let cap = Bucket {
+            tokens: bucket.tokens.max(old.map_or(0, |c| c.tokens)),
+            selected: bucket.selected.max(old.map_or(0, |c| c.selected)),
+        };
+        // Graphs hold the old buffers' addresses: they go first.
+        self.graphs.clear();
+        self.work = None;
+        let e = &self.config.encoder;
+        self.work = Some(Workspace::new(
+            cap,
+            e.hidden_size,
+            e.intermediate_size,
+            self.config.agent.n_act,
+            self.weights.act_hidden,
+        )?);
+        tracing::debug!(tokens = cap.tokens, selected = cap.selected, "CUDA workspace sized");
+        Ok(())
+    }
+
+    fn run_pass(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, ForwardError> {
+        let (tokens, selected) = batch::sizes(rows);
+        let bucket = Bucket::for_sizes(tokens, selected);
+        self.ensure_capacity(bucket)?;
+        let work = self.work.as_mut().ok_or_else(no_workspace)?;
+        batch::stage(rows, bucket, work.stage.words_mut());
+        if let Some(graph) = self.graphs.get(&bucket) {
+            graph.launch(self.gpu.stream())?;
+            self.stats.replays += 1;
+            self.gpu.sync()?;
+        } else {
+            self.enqueue(bucket, None)?;
+            self.stats.eager += 1;
+            self.gpu.sync()?;
+            if self.settings.graphs {
+                // This pass ran eagerly (its answers are read below); the next one of this
+                // bucket replays.
+                self.capture(bucket)?;
+            }
+        }
+        let work = self.work.as_ref().ok_or_else(no_workspace)?;
+        let out = work.out_host.floats();
+        let n_act = self.config.agent.n_act;
+        let mut result = Vec::with_capacity(rows.len());
+        let mut at = 0;
+        for (r, row) in rows.iter().enumerate() {
+            let k = row.markers.len();
+            let acts = bucket.selected + r * n_act;
+            result.push(RowLogits {
+                logits: out[at + 1..at + 1 + k].to_vec(),
+                act_logits: out[acts..acts + n_act].to_vec(),
+            });
+            at += 1 + k;
+        }
+        Ok(result)
+    }
+
+    /// GPU time of each step of a pass over `rows`, with an event after every step. The
+    /// steps are queued behind a kernel that holds the stream for 20 ms, so they run back to
+    /// back as in a graph replay (events inside graphs cannot be timed). Returns `(label,
+    /// microseconds)` summed over the steps of each label (medians over `iters` passes), in
+    /// first-seen order, and the whole pass (median).
+    pub fn profile(
+        &mut self,
+        rows: &[Row],
+        iters: usize,
+    ) -> Result<(Vec<(String, f64)>, f64), ForwardError> {
+        self.check_rows(rows)?;
+        self.gpu.bind()?;
+        let (tokens, selected) = batch::sizes(rows);
+        let bucket = Bucket::for_sizes(tokens, selected);
+        // Buffers and GEMM plans exactly as a normal pass makes them.
+        self.run_pass(rows)?;
+        let stream = self.gpu.stream();
+        let mut per_step: Vec<Vec<f64>> = Vec::new();
+        let mut labels: Vec<&'static str> = Vec::new();
+        let mut totals = Vec::with_capacity(iters);
+        for _ in 0..iters.max(1) {
+            let work = self.work.as_mut().ok_or_else(no_workspace)?;
+            batch::stage(rows, bucket, work.stage.words_mut());
+            Args::new()
+                .i64(20_000_000)
+                .launch(self.kernels.spin, (1, 1, 1), 1, 0, stream)?;
+            let start = Event::new()?;
+            start.record(stream)?;
+            let mut marks = Vec::new();
+            self.enqueue(bucket, Some(&mut marks))?;
+            self.gpu.sync()?;
+            if per_step.is_empty() {
+                per_step = vec![Vec::with_capacity(iters); marks.len()];
+                labels = marks.iter().map(|(l, _)| *l).collect();
+            }
+            let mut prev = &start;
+            for (i, (_, ev)) in marks.iter().enumerate() {
+                per_step[i].push(f64::from(prev.elapsed_ms(ev)?) * 1e3);
+                prev = ev;
+            }
+            totals.push(f64::from(start.elapsed_ms(prev)?) * 1e3);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let mut by_label: Vec<(String, f64)> = Vec::new();
+        for (label, times) in labels.iter().zip(per_step.iter_mut()) {
+            let t = median(times);
+            match by_label.iter_mut().find(|(l, _)| l == label) {
+                Some((_, sum)) => *sum += t,
+                None => by_label.push(((*label).to_owned(), t)),
+            }
+        }
+        Ok((by_label, median(&mut totals)))
+    }
+
+    fn capture(&mut self, bucket: Bucket) -> Result<(), CudaError> {
+        let stream = self.gpu.stream();
+        let started = Instant::now();
+        Graph::begin(stream)?;
+        self.blas.capturing = true;
+        let queued = self.enqueue(bucket, None);
+        self.blas.capturing = false;
+        if let Err(e) = queued {
+            Graph::abandon(stream);
+            return Err(e);
+        }
+        let graph = Graph::end(stream)?;
+        self.stats.captures += 1;
+        tracing::debug!(
+            tokens = bucket.tokens,
+            selected = bucket.selected,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "CUDA graph captured"
+        );
+        self.graphs.insert(bucket, graph);
+        Ok(())
+    }
+
+    /// Queues the whole pass for `bucket` on the stream: the sequence a graph captures. With
+    /// `marks`, an event is recorded after each step, labelled (for [`CudaEngine::profile`]).
+    fn enqueue(
+        &mut self,
+        b: Bucket,
+        mut marks: Option<&mut Vec<(&'static str, Event)>>,
+    ) -> Result<(), CudaError> {
+        let work = self.work.as_ref().ok_or_else(no_workspace)?;
+        let w = &self.weights;
+        let k = &self.kernels;
+        let e = &self.config.encoder;
+        let stream = self.gpu.stream();
+        let (t, s) = (b.tokens, b.selected);
+        let d = e.hidden_size;
+        let inter = e.intermediate_size;
+        let heads = e.num_attention_heads;
+        let hd = e.head_dim();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let eps = e.norm_eps;
+        let o = b.offsets();
+        let meta = |off: usize| work.meta.at(off * 4);
+        let (ti, di, ii) = (t as i32, d as i32, inter as i32);
+        let norm_grid = grid_for(t, NORM_ROWS_PER_BLOCK);
+        let norm_block = (NORM_ROWS_PER_BLOCK * 32) as u32;
+        let blas = &mut self.blas;
+        let mut gemm = |g: Gemm| -> Result<(), CudaError> { blas.run(&g, stream) };
+        let mut mark = |label: &'static str| -> Result<(), CudaError> {
+            if let Some(m) = marks.as_deref_mut() {
+                let ev = Event::new()?;
+                ev.record(stream)?;
+                m.push((label, ev));
+            }
+            Ok(())
+        };
+
+        copy_in(work.meta.ptr(), &work.stage, b.words() * 4, stream)?;
+        mark("copy in")?;
+        Args::new()
+            .ptr(meta(o.ids))
+            .ptr(w.emb.ptr())
+            .ptr(w.emb_norm.ptr())
+            .ptr(work.x.ptr())
+            .ptr(work.a.ptr())
+            .i32(ti)
+            .i32(di)
+            .f32(eps)
+            .launch(k.embed_norm, norm_grid, norm_block, 0, stream)?;
+        mark("embed + norm")?;
+
+        let attention = |q: u64, ld: usize, out: u64, rope: Option<&crate::weights::Rope>, window: i32| {
+            let (rc, rs) = rope.map_or((0, 0), |r| (r.cos.ptr(), r.sin.ptr()));
+            match self.settings.attention {
+                Attention::TensorCore => {
+                    if rope.is_some() {
+                        Args::new()
+                            .ptr(q)
+                            .i32(ld as i32)
+                            .i32(di)
+                            .ptr(meta(o.pos))
+                            .ptr(rc)
+                            .ptr(rs)
+                            .i32(ti)
+                            .i32(heads as i32)
+                            .launch(k.rope_qk, grid_for(t * heads * 8, 256), 256, 0, stream)?;
+                    }
+                    Args::new()
+                        .ptr(q)
+                        .ptr(q + (d * 2) as u64)
+                        .ptr(q + (2 * d * 2) as u64)
+                        .i32(ld as i32)
+                        .ptr(out)
+                        .i32(di)
+                        .ptr(meta(o.tiles))
+                        .ptr(meta(o.key_start))
+                        .ptr(meta(o.key_end))
+                        .i32(window)
+                        .f32(scale)
+                        .launch(k.attention_mma, (b.max_tiles() as u32, heads as u32, 1), 128, 0, stream)
+                }
+                Attention::Rows => Args::new()
+                    .ptr(q)
+                    .i32(ld as i32)
+                    .ptr(0)
+                    .ptr(q + (d * 2) as u64)
+                    .ptr(q + (2 * d * 2) as u64)
+                    .i32(ld as i32)
+                    .ptr(out)
+                    .i32(di)
+                    .ptr(meta(o.key_start))
+                    .ptr(meta(o.key_end))
+                    .ptr(meta(o.pos))
+                    .ptr(rc)
+                    .ptr(rs)
+                    .i32(window)
+                    .i32(ti)
+                    .i32(heads as i32)
+                    .f32(scale)
+                    .launch(k.attention_rows, ((t * heads) as u32, 1, 1), 128, 0, stream),
+            }
+        };
+
+        let half_window = e.half_window() as i32;
+        for layer in &w.layers {
+            if let Some(norm) = &layer.attn_norm {
+                Args::new()
+                    .ptr(work.x.ptr())
+                    .ptr(norm.ptr())
+                    .ptr(0)
+                    .ptr(work.a.ptr())
+                    .i32(ti)
+                    .i32(di)
+                    .f32(eps)
+                    .launch(k.norm_f16, norm_grid, norm_block, 0, stream)?;
+                mark("norm")?;
+            }
+            gemm(Gemm { kind: Kind::Half, tokens: t, out: 3 * d, inp: d, x: work.a.ptr(), w: layer.wqkv.ptr(), bias: 0, y: work.qkv.ptr() })?;
+            mark("gemm qkv")?;
+            let (rope, window) = if layer.sliding {
+                (&w.rope_local, half_window)
+            } else {
+                (&w.rope_global, -1)
+            };
+            attention(work.qkv.ptr(), 3 * d, work.att.ptr(), Some(rope), window)?;
+            mark(if layer.sliding { "attention sliding" } else { "attention global" })?;
+            gemm(Gemm { kind: Kind::Residual, tokens: t, out: d, inp: d, x: work.att.ptr(), w: layer.wo.ptr(), bias: 0, y: work.x.ptr() })?;
+            mark("gemm o + residual")?;
+            Args::new()
+                .ptr(work.x.ptr())
+                .ptr(layer.mlp_norm.ptr())
+                .ptr(0)
+                .ptr(work.a.ptr())
+                .i32(ti)
+                .i32(di)
+                .f32(eps)
+                .launch(k.norm_f16, norm_grid, norm_block, 0, stream)?;
+            mark("norm")?;
+            gemm(Gemm { kind: Kind::Half, tokens: t, out: 2 * inter, inp: d, x: work.a.ptr(), w: layer.wi.ptr(), bias: 0, y: work.wide.ptr() })?;
+            mark("gemm wi")?;
+            Args::new()
+                .ptr(work.wide.ptr())
+                .ptr(work.g.ptr())
+                .i32(ti)
+                .i32(ii)
+                .launch(k.geglu, grid_for(t * inter / 8, 256), 256, 0, stream)?;
+            mark("geglu")?;
+            gemm(Gemm { kind: Kind::Residual, tokens: t, out: d, inp: inter, x: work.g.ptr(), w: layer.wo_mlp.ptr(), bias: 0, y: work.x.ptr() })?;
+            mark("gemm wo + residual")?;
+        }
+
+        // Final norm, type embedding, and the first head layer's norm1.
+        let first = w
+            .head
+            .first()
+            .ok_or_else(|| CudaError::Unavailable("no decision-head layer".into()))?;
+        Args::new()
+            .ptr(work.x.ptr())
+            .ptr(w.final_norm.ptr())
+            .ptr(w.type_emb.ptr())
+            .ptr(meta(o.qtype))
+            .ptr(work.h.ptr())
+            .ptr(first.norm1_w.ptr())
+            .ptr(first.norm1_b.ptr())
+            .ptr(work.a.ptr())
+            .i32(ti)
+            .i32(di)
+            .f32(eps)
+            .f32(HEAD_NORM_EPS)
+            .launch(k.final_norm, norm_grid, norm_block, 0, stream)?;
+        mark("final norm + type + norm1")?;
+
+        let n_head = w.head.len();
+        for (j, hl) in w.head.iter().enumerate() {
+            if j + 1 < n_head {
+                gemm(Gemm { kind: Kind::HalfBias, tokens: t, out: 3 * d, inp: d, x: work.a.ptr(), w: hl.in_w.ptr(), bias: hl.in_b.ptr(), y: work.qkv.ptr() })?;
+                mark("head gemm qkv")?;
+                attention(work.qkv.ptr(), 3 * d, work.att.ptr(), None, -1)?;
+                mark("head attention")?;
+                gemm(Gemm { kind: Kind::ResidualBias, tokens: t, out: d, inp: d, x: work.att.ptr(), w: hl.out_w.ptr(), bias: hl.out_b.ptr(), y: work.h.ptr() })?;
+                mark("head gemm o + residual")?;
+                Args::new()
+                    .ptr(work.h.ptr())
+                    .ptr(hl.norm2_w.ptr())
+                    .ptr(hl.norm2_b.ptr())
+                    .ptr(work.a.ptr())
+                    .i32(ti)
+                    .i32(di)
+                    .f32(HEAD_NORM_EPS)
+                    .launch(k.norm_f16, norm_grid, norm_block, 0, stream)?;
+                mark("head norm")?;
+                gemm(Gemm { kind: Kind::HalfReluBias, tokens: t, out: 4 * d, inp: d, x: work.a.ptr(), w: hl.l1_w.ptr(), bias: hl.l1_b.ptr(), y: work.wide.ptr() })?;
+                mark("head gemm linear1")?;
+                gemm(Gemm { kind: Kind::ResidualBias, tokens: t, out: d, inp: 4 * d, x: work.wide.ptr(), w: hl.l2_w.ptr(), bias: hl.l2_b.ptr(), y: work.h.ptr() })?;
+                mark("head gemm linear2")?;
+                let next = &w.head[j + 1];
+                Args::new()
+                    .ptr(work.h.ptr())
+                    .ptr(next.norm1_w.ptr())
+                    .ptr(next.norm1_b.ptr())
+                    .ptr(work.a.ptr())
+                    .i32(ti)
+                    .i32(di)
+                    .f32(HEAD_NORM_EPS)
+                    .launch(k.norm_f16, norm_grid, norm_block, 0, stream)?;
+                mark("head norm")?;
+                continue;
+            }
+            // The last layer: keys and values for every token, the rest only at the selected
+            // positions (nothing else is read).
+            let si = s as i32;
+            let sel_grid = grid_for(s, NORM_ROWS_PER_BLOCK);
+            gemm(Gemm { kind: Kind::HalfBias, tokens: t, out: 2 * d, inp: d, x: work.a.ptr(), w: hl.in_w.at(d * d * 2), bias: hl.in_b.at(d * 2), y: work.qkv.ptr() })?;
+            mark("head gemm kv")?;
+            Args::new()
+                .ptr(work.h.ptr())
+                .ptr(meta(o.sel))
+                .ptr(work.hs.ptr())
+                .ptr(hl.norm1_w.ptr())
+                .ptr(hl.norm1_b.ptr())
+                .ptr(work.a_s.ptr())
+                .i32(si)
+                .i32(di)
+                .f32(HEAD_NORM_EPS)
+                .launch(k.gather_norm, sel_grid, norm_block, 0, stream)?;
+            mark("head gather + norm1")?;
+            gemm(Gemm { kind: Kind::HalfBias, tokens: s, out: d, inp: d, x: work.a_s.ptr(), w: hl.in_w.ptr(), bias: hl.in_b.ptr(), y: work.q_s.ptr() })?;
+            mark("head gemm q (selected)")?;
+            Args::new()
+                .ptr(work.q_s.ptr())
+                .i32(di)
+                .ptr(meta(o.sel))
+                .ptr(work.qkv.ptr())
+                .ptr(work.qkv.at(d * 2))
+                .i32(2 * di)
+                .ptr(work.att_s.ptr())
+                .i32(di)
+                .ptr(meta(o.key_start))
+                .ptr(meta(o.key_end))
+                .ptr(meta(o.pos))
+                .ptr(0)
+                .ptr(0)
+                .i32(-1)
+                .i32(si)
+                .i32(heads as i32)
+                .f32(scale)
+                .launch(k.attention_rows, ((s * heads) as u32, 1, 1), 128, 0, stream)?;
+            mark("head attention (selected)")?;
+            gemm(Gemm { kind: Kind::ResidualBias, tokens: s, out: d, inp: d, x: work.att_s.ptr(), w: hl.out_w.ptr(), bias: hl.out_b.ptr(), y: work.hs.ptr() })?;
+            mark("head gemm o (selected)")?;
+            Args::new()
+                .ptr(work.hs.ptr())
+                .ptr(hl.norm2_w.ptr())
+                .ptr(hl.norm2_b.ptr())
+                .ptr(work.a_s.ptr())
+                .i32(si)
+                .i32(di)
+                .f32(HEAD_NORM_EPS)
+                .launch(k.norm_f16, sel_grid, norm_block, 0, stream)?;
+            mark("head norm2 (selected)")?;
+            gemm(Gemm { kind: Kind::HalfReluBias, tokens: s, out: 4 * d, inp: d, x: work.a_s.ptr(), w: hl.l1_w.ptr(), bias: hl.l1_b.ptr(), y: work.wide_s.ptr() })?;
+            mark("head gemm linear1 (selected)")?;
+            gemm(Gemm { kind: Kind::ResidualBias, tokens: s, out: d, inp: 4 * d, x: work.wide_s.ptr(), w: hl.l2_w.ptr(), bias: hl.l2_b.ptr(), y: work.hs.ptr() })?;
+            mark("head gemm linear2 (selected)")?;
+
+            // Scorer (f32) at every selected position, then the act head per row.
+            Args::new()
+                .ptr(work.hs.ptr())
+                .ptr(w.scorer_norm_w.ptr())
+                .ptr(w.scorer_norm_b.ptr())
+                .ptr(work.z.ptr())
+                .i32(si)
+                .i32(di)
+                .f32(HEAD_NORM_EPS)
+                .launch(k.norm_f32, sel_grid, norm_block, 0, stream)?;
+            mark("scorer norm")?;
+            gemm(Gemm { kind: Kind::FullBias, tokens: s, out: d, inp: d, x: work.z.ptr(), w: w.scorer_w1.ptr(), bias: w.scorer_b1.ptr(), y: work.u.ptr() })?;
+            mark("scorer gemm")?;
+            Args::new()
+                .ptr(work.u.ptr())
+                .ptr(w.scorer_w3.ptr())
+                .ptr(w.scorer_b3.ptr())
+                .ptr(work.out.ptr())
+                .i32(si)
+                .i32(di)
+                .launch(k.scorer_out, sel_grid, norm_block, 0, stream)?;
+            mark("scorer out")?;
+            let n_act = self.config.agent.n_act;
+            Args::new()
+                .ptr(work.out.ptr())
+                .ptr(work.hs.ptr())
+                .ptr(meta(o.row_sel))
+                .ptr(meta(o.row_nmark))
+                .ptr(meta(o.nrows))
+                .ptr(w.act_w0.ptr())
+                .ptr(w.act_b0.ptr())
+                .ptr(work.act_hid.ptr())
+                .i32(di)
+                .i32(w.act_hidden as i32)
+                .launch(
+                    k.act_hidden,
+                    (b.max_rows() as u32, w.act_hidden.div_ceil(8) as u32, 1),
+                    256,
+                    0,
+                    stream,
+                )?;
+            Args::new()
+                .ptr(work.act_hid.ptr())
+                .ptr(meta(o.nrows))
+                .ptr(w.act_w2.ptr())
+                .ptr(w.act_b2.ptr())
+                .ptr(work.out.at(s * 4))
+                .i32(w.act_hidden as i32)
+                .i32(n_act as i32)
+                .launch(k.act_out, grid_for(b.max_rows() * n_act, 8), 256, 0, stream)?;
+            mark("act head")?;
+        }
+        copy_out(&work.out_host, work.out.ptr(), b.outputs(self.config.agent.n_act) * 4, stream)?;
+        mark("copy out")?;
+        Ok(())
+    }
+}
+
+/// The buckets `sys1rust serve` captures before its ready line, smallest first: every token
+/// bucket up to 1,024 (one to several questions on short states) and up to 6,144 (ten
+/// questions on 512-token states) with room for 16, 32 and 64 read positions. Other buckets
+/// are captured on first use.
+pub fn warm_ladder() -> Vec<Bucket> {
+    let mut out = Vec::new();
+    for selected in [16, 32, 64] {
+        let tokens = (1..=16).map(|i| 64 * i);
+        out.extend(tokens.map(|tokens| Bucket { tokens, selected }));
+        if selected > 16 {
+            let tokens = (5..=24).map(|i| 256 * i);
+            out.extend(tokens.map(|tokens| Bucket { tokens, selected }));
+        }
+    }
+    out
+}
+
+fn no_workspace() -> CudaError {
+    CudaError::Unavailable("the CUDA workspace is not allocated".into())
+}
+
+/// The shapes these kernels implement: 64-wide heads, hidden sizes in 8-wide vectors up to
+/// 2,048, an intermediate size in 8-wide vectors, an act head of at most 1,024 units.
+fn check_supported(cfg: &CheckpointConfig) -> Result<(), LoadError> {
+    let e = &cfg.encoder;
+    let bad = |why: String| Err(LoadError::Unsupported(why));
+    if e.head_dim() != 64 || e.hidden_size % e.num_attention_heads != 0 {
+        return bad(format!("attention heads of {} dims (64 needed)", e.head_dim()));
+    }
+    if e.hidden_size % 8 != 0 || e.hidden_size > 2048 {
+        return bad(format!("hidden size {} (a multiple of 8, at most 2048)", e.hidden_size));
+    }
+    if e.intermediate_size % 8 != 0 {
+        return bad(format!("intermediate size {} (a multiple of 8)", e.intermediate_size));
+    }
+    if laya_core::checkpoint::head_heads(e.hidden_size) * 64 != e.hidden_size {
+        return bad("decision-head heads are not 64 wide".into());
+    }
+    if cfg.agent.head_layers == 0 {
+        return bad("a decision head with no layers".into());
+    }
+    if e.layer_kinds.len() != e.num_hidden_layers {
+        return bad("one layer kind per encoder layer is needed".into());
+    }
+    Ok(())
+}
+
+impl Forward for CudaEngine {
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
+        self.run(rows).map_err(|e| {
+            tracing::error!(error = %e, "forward failed");
+            EngineError::from(e)
+        })
+    }
+}

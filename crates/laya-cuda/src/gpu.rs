@@ -1,0 +1,495 @@
+//! The GPU underneath the engine: finding the CUDA libraries at run time, the context and
+//! stream, device and pinned host memory, kernel launches and CUDA graphs. Thin RAII wrappers
+//! over the driver API (through cudarc's raw bindings), so the engine holds plain device
+//! pointers that stay fixed for the graphs that capture them.
+
+use std::ffi::{c_void, CString};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{result, sys, CudaContext};
+
+use crate::error::CudaError;
+
+fn drv(what: &'static str) -> impl FnOnce(result::DriverError) -> CudaError {
+    move |source| CudaError::Driver { what, source }
+}
+
+/// The shared libraries this engine opens, by the names cudarc looks for.
+const LIBRARIES: [(&str, &str); 3] = [
+    ("cuda", "libcuda.so.1"),
+    ("nvrtc", "libnvrtc.so.13"),
+    ("cublasLt", "libcublasLt.so.13"),
+];
+
+/// Directories searched for NVRTC and cuBLASLt when the dynamic loader's own search path
+/// (`LD_LIBRARY_PATH`, the system's) does not have them: the CUDA toolkit's usual homes.
+fn library_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for var in ["LAYA_CUDA_LIB_DIR", "CUDA_HOME", "CUDA_PATH"] {
+        if let Some(v) = std::env::var_os(var) {
+            let p = PathBuf::from(v);
+            dirs.push(p.join("lib64"));
+            dirs.push(p.join("lib"));
+            dirs.push(p);
+        }
+    }
+    dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+    dirs.push(PathBuf::from("/usr/local/cuda/targets/x86_64-linux/lib"));
+    dirs
+}
+
+/// Libraries opened by absolute path stay loaded for the process's life; once loaded, the
+/// dynamic loader resolves cudarc's open by soname to them.
+static PRELOADED: OnceLock<Vec<libloading::Library>> = OnceLock::new();
+
+fn present(name: &str) -> bool {
+    // SAFETY: only tries to dlopen the candidates.
+    unsafe {
+        match name {
+            "cuda" => cudarc::driver::sys::is_culib_present(),
+            "nvrtc" => cudarc::nvrtc::sys::is_culib_present(),
+            _ => cudarc::cublaslt::sys::is_culib_present(),
+        }
+    }
+}
+
+/// Opens the driver, NVRTC and cuBLASLt, or says which is missing. Never panics (cudarc's
+/// loaders panic on a missing library, so each is checked first).
+pub fn load_libraries() -> Result<(), CudaError> {
+    let preloaded = PRELOADED.get_or_init(|| {
+        let mut libs = Vec::new();
+        for (name, soname) in LIBRARIES {
+            if present(name) {
+                continue;
+            }
+            for dir in library_dirs() {
+                let path = dir.join(soname);
+                if path.is_file() {
+                    // SAFETY: loading a CUDA library runs its initialisers, which is what
+                    // cudarc would do by soname.
+                    if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+                        tracing::debug!(path = %path.display(), "preloaded");
+                        libs.push(lib);
+                        break;
+                    }
+                }
+            }
+        }
+        libs
+    });
+    let _ = preloaded;
+    let missing: Vec<&str> = LIBRARIES
+        .iter()
+        .filter(|(name, _)| !present(name))
+        .map(|(_, soname)| *soname)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(CudaError::Unavailable(format!(
+            "cannot load {} (set LD_LIBRARY_PATH or LAYA_CUDA_LIB_DIR to the CUDA 13 libraries)",
+            missing.join(", ")
+        )))
+    }
+}
+
+/// One GPU: its context (bound to the thread that made it) and the engine's stream.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: sys::CUstream,
+    /// Device name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Compute capability.
+    pub cc: (i32, i32),
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("name", &self.name)
+            .field("cc", &self.cc)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal`, checking that the libraries load and the chip has the
+    /// instructions the kernels use (compute capability 8.0 or newer).
+    pub fn open(ordinal: usize) -> Result<Gpu, CudaError> {
+        load_libraries()?;
+        result::init().map_err(drv("cuInit"))?;
+        let count = result::device::get_count().map_err(drv("cuDeviceGetCount"))?;
+        if count <= ordinal as i32 {
+            return Err(CudaError::Unavailable(format!(
+                "no CUDA device {ordinal} ({count} present)"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(drv("creating the context"))?;
+        let cc = ctx.compute_capability().map_err(drv("compute capability"))?;
+        if cc.0 < 8 {
+            return Err(CudaError::Unavailable(format!(
+                "compute capability {}.{} is below the 8.0 these kernels need",
+                cc.0, cc.1
+            )));
+        }
+        let name = ctx.name().map_err(drv("device name"))?;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(drv("cuStreamCreate"))?;
+        Ok(Gpu {
+            ctx,
+            stream,
+            name,
+            cc,
+        })
+    }
+
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self) -> Result<(), CudaError> {
+        self.ctx.bind_to_thread().map_err(drv("binding the context"))
+    }
+
+    /// The engine's stream.
+    pub fn stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    /// Waits for everything queued on the stream.
+    pub fn sync(&self) -> Result<(), CudaError> {
+        // SAFETY: the stream is alive while `self` is.
+        unsafe { result::stream::synchronize(self.stream) }.map_err(drv("cuStreamSynchronize"))
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize), CudaError> {
+        result::mem_get_info().map_err(drv("cuMemGetInfo"))
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: the stream was created by `open` and nothing uses it any more.
+        unsafe {
+            let _ = result::stream::synchronize(self.stream);
+            let _ = result::stream::destroy(self.stream);
+        }
+    }
+}
+
+/// Device memory, freed on drop.
+#[derive(Debug)]
+pub struct DeviceBuf {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+}
+
+impl DeviceBuf {
+    /// `bytes` of uninitialised device memory (at least one byte is allocated).
+    pub fn alloc(bytes: usize) -> Result<DeviceBuf, CudaError> {
+        // SAFETY: a plain allocation in the current context.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(drv("cuMemAlloc"))?;
+        Ok(DeviceBuf { ptr, bytes })
+    }
+
+    /// A copy of `data` on the device.
+    pub fn from_slice<T: Copy>(data: &[T]) -> Result<DeviceBuf, CudaError> {
+        let buf = DeviceBuf::alloc(std::mem::size_of_val(data))?;
+        if !data.is_empty() {
+            // SAFETY: `buf` holds exactly `data`'s bytes.
+            unsafe { result::memcpy_htod_sync(buf.ptr, data) }.map_err(drv("cuMemcpyHtoD"))?;
+        }
+        Ok(buf)
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The device address `offset` bytes in.
+    pub fn at(&self, offset: usize) -> u64 {
+        debug_assert!(offset <= self.bytes);
+        self.ptr + offset as u64
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Copies the whole buffer back (synchronously), as `T`s.
+    pub fn to_vec<T: Copy + Default>(&self) -> Result<Vec<T>, CudaError> {
+        let mut out = vec![T::default(); self.bytes / std::mem::size_of::<T>()];
+        // SAFETY: `out` holds at most the buffer's bytes.
+        unsafe { result::memcpy_dtoh_sync(&mut out, self.ptr) }.map_err(drv("cuMemcpyDtoH"))?;
+        Ok(out)
+    }
+}
+
+impl Drop for DeviceBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `alloc` and not freed before.
+        unsafe {
+            let _ = result::free_sync(self.ptr);
+        }
+    }
+}
+
+/// Page-locked host memory, which copies to and from the GPU asynchronously and inside CUDA
+/// graphs.
+#[derive(Debug)]
+pub struct PinnedBuf {
+    ptr: *mut u8,
+    bytes: usize,
+}
+
+impl PinnedBuf {
+    /// `bytes` of zeroed pinned memory.
+    pub fn alloc(bytes: usize) -> Result<PinnedBuf, CudaError> {
+        // SAFETY: a plain allocation; zeroed below before any read.
+        let ptr = unsafe { result::malloc_host(bytes.max(1), 0) }.map_err(drv("cuMemHostAlloc"))?
+            as *mut u8;
+        // SAFETY: `ptr` holds `bytes` bytes.
+        unsafe { std::ptr::write_bytes(ptr, 0, bytes.max(1)) };
+        Ok(PinnedBuf { ptr, bytes })
+    }
+
+    /// The host address as the driver takes it.
+    pub fn host_ptr(&self) -> *mut c_void {
+        self.ptr as *mut c_void
+    }
+
+    /// The memory as `i32`s (the engine's staging layout is 4-byte words).
+    pub fn words_mut(&mut self) -> &mut [i32] {
+        // SAFETY: the allocation is page-aligned and `bytes` long; `&mut self` makes it unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut i32, self.bytes / 4) }
+    }
+
+    /// The memory as `f32`s.
+    pub fn floats(&self) -> &[f32] {
+        // SAFETY: as `words_mut`.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const f32, self.bytes / 4) }
+    }
+}
+
+impl Drop for PinnedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `alloc`.
+        unsafe {
+            let _ = result::free_host(self.ptr as *mut c_void);
+        }
+    }
+}
+
+/// The kernels of one compiled module.
+#[derive(Debug)]
+pub struct Module {
+    module: sys::CUmodule,
+}
+
+impl Module {
+    /// Loads a cubin image.
+    pub fn load(image: &[u8]) -> Result<Module, CudaError> {
+        // SAFETY: a cubin produced by NVRTC for this device.
+        let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+            .map_err(drv("cuModuleLoadData"))?;
+        Ok(Module { module })
+    }
+
+    /// The kernel `name`.
+    pub fn function(&self, name: &str) -> Result<sys::CUfunction, CudaError> {
+        let cname = CString::new(name).map_err(|_| CudaError::Compile(format!("kernel {name}")))?;
+        // SAFETY: the module is loaded.
+        unsafe { result::module::get_function(self.module, cname) }.map_err(drv("cuModuleGetFunction"))
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: loaded by `load`.
+        unsafe {
+            let _ = result::module::unload(self.module);
+        }
+    }
+}
+
+/// The arguments of one kernel launch, each stored as an 8-byte slot (the driver reads each
+/// parameter's own size from its address: little-endian, so the low bytes).
+#[derive(Default)]
+pub struct Args {
+    slots: Vec<u64>,
+}
+
+impl Args {
+    pub fn new() -> Args {
+        Args {
+            slots: Vec::with_capacity(20),
+        }
+    }
+    /// A device pointer (0 is a null pointer).
+    pub fn ptr(mut self, p: u64) -> Args {
+        self.slots.push(p);
+        self
+    }
+    pub fn i32(mut self, v: i32) -> Args {
+        self.slots.push(v as u32 as u64);
+        self
+    }
+    pub fn i64(mut self, v: i64) -> Args {
+        self.slots.push(v as u64);
+        self
+    }
+    pub fn f32(mut self, v: f32) -> Args {
+        self.slots.push(v.to_bits() as u64);
+        self
+    }
+
+    /// Launches `f` on `stream`.
+    pub fn launch(
+        mut self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared: u32,
+        stream: sys::CUstream,
+    ) -> Result<(), CudaError> {
+        let mut params: Vec<*mut c_void> = self
+            .slots
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect();
+        // SAFETY: the caller passes the kernel's exact parameter list; the slots outlive the
+        // call, which copies them.
+        unsafe { result::launch_kernel(f, grid, (block, 1, 1), shared, stream, &mut params) }
+            .map_err(drv("cuLaunchKernel"))
+    }
+}
+
+/// An instantiated CUDA graph.
+#[derive(Debug)]
+pub struct Graph {
+    exec: sys::CUgraphExec,
+    graph: sys::CUgraph,
+}
+
+impl Graph {
+    /// Starts capturing the work queued on `stream` (this thread's work only).
+    pub fn begin(stream: sys::CUstream) -> Result<(), CudaError> {
+        // SAFETY: a live stream.
+        unsafe {
+            result::stream::begin_capture(
+                stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .map_err(drv("cuStreamBeginCapture"))
+    }
+
+    /// Ends the capture and instantiates it.
+    pub fn end(stream: sys::CUstream) -> Result<Graph, CudaError> {
+        // SAFETY: a stream in capture mode.
+        let graph = unsafe { result::stream::end_capture(stream) }.map_err(drv("cuStreamEndCapture"))?;
+        // SAFETY: a graph just captured.
+        let exec = unsafe {
+            result::graph::instantiate(
+                graph,
+                sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+            )
+        };
+        match exec {
+            Ok(exec) => Ok(Graph { exec, graph }),
+            Err(e) => {
+                // SAFETY: not instantiated, so only the graph exists.
+                unsafe {
+                    let _ = result::graph::destroy(graph);
+                }
+                Err(CudaError::Driver {
+                    what: "cuGraphInstantiate",
+                    source: e,
+                })
+            }
+        }
+    }
+
+    /// Aborts a capture after a failure, so the stream is usable again.
+    pub fn abandon(stream: sys::CUstream) {
+        // SAFETY: ends whatever capture is open; the result is discarded.
+        unsafe {
+            if let Ok(g) = result::stream::end_capture(stream) {
+                if !g.is_null() {
+                    let _ = result::graph::destroy(g);
+                }
+            }
+        }
+    }
+
+    /// Queues one replay on `stream`.
+    pub fn launch(&self, stream: sys::CUstream) -> Result<(), CudaError> {
+        // SAFETY: an instantiated graph whose buffers the engine keeps alive.
+        unsafe { result::graph::launch(self.exec, stream) }.map_err(drv("cuGraphLaunch"))
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: created by `end`.
+        unsafe {
+            let _ = result::graph::exec_destroy(self.exec);
+            let _ = result::graph::destroy(self.graph);
+        }
+    }
+}
+
+/// Queues a host-to-device copy of `bytes` from pinned memory.
+pub fn copy_in(dst: u64, src: &PinnedBuf, bytes: usize, stream: sys::CUstream) -> Result<(), CudaError> {
+    debug_assert!(bytes <= src.bytes);
+    // SAFETY: pinned source of at least `bytes`; the destination is the engine's buffer.
+    unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.ptr as *const c_void, bytes, stream) }
+        .result()
+        .map_err(drv("cuMemcpyHtoDAsync"))
+}
+
+/// Queues a device-to-host copy of `bytes` into pinned memory.
+pub fn copy_out(dst: &PinnedBuf, src: u64, bytes: usize, stream: sys::CUstream) -> Result<(), CudaError> {
+    debug_assert!(bytes <= dst.bytes);
+    // SAFETY: pinned destination of at least `bytes`.
+    unsafe { sys::cuMemcpyDtoHAsync_v2(dst.ptr as *mut c_void, src, bytes, stream) }
+        .result()
+        .map_err(drv("cuMemcpyDtoHAsync"))
+}
+
+/// A CUDA event that records timing.
+#[derive(Debug)]
+pub struct Event {
+    event: sys::CUevent,
+}
+
+impl Event {
+    pub fn new() -> Result<Event, CudaError> {
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(drv("cuEventCreate"))?;
+        Ok(Event { event })
+    }
+
+    /// Records the event on `stream` (inside a capture, as a graph node).
+    pub fn record(&self, stream: sys::CUstream) -> Result<(), CudaError> {
+        // SAFETY: a live event and stream.
+        unsafe { result::event::record(self.event, stream) }.map_err(drv("cuEventRecord"))
+    }
+
+    /// Milliseconds from `self` to `end`, both completed.
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32, CudaError> {
+        // SAFETY: live events.
+        unsafe { result::event::elapsed(self.event, end.event) }.map_err(drv("cuEventElapsedTime"))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by `new`.
+        unsafe {
+            let _ = result::event::destroy(self.event);
+        }
+    }
+}

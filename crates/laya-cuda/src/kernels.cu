@@ -1,0 +1,658 @@
+// The fused kernels of the laya-cuda forward pass (model.md §3), compiled by NVRTC when the
+// engine starts (compile.rs). The GEMMs are cuBLASLt's; everything between them is here.
+//
+// Half values travel as raw 16-bit patterns and are converted with PTX `cvt`, so the source
+// needs no CUDA header and compiles with any NVRTC. Row layout everywhere: tokens of all rows
+// packed back to back, one matrix row per token, row-major.
+
+typedef unsigned short f16;
+typedef unsigned int u32;
+
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+__device__ __forceinline__ float h2f(f16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ f16 f2h(float f) {
+    f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+// Two halves in one register, the lower column in the low bits (the mma fragment order).
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+    return (u32)f2h(lo) | ((u32)f2h(hi) << 16);
+}
+__device__ __forceinline__ float lo_f(u32 v) { return h2f((f16)(v & 0xffffu)); }
+__device__ __forceinline__ float hi_f(u32 v) { return h2f((f16)(v >> 16)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// PyTorch's exact GELU: x/2 · (1 + erf(x/√2)).
+__device__ __forceinline__ float gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+// ---------------------------------------------------------------------------------------
+// Row norms: one warp per row of d values (d % 8 == 0, d ≤ 256·MAXC), each lane holding 8
+// consecutive values of every 256-wide chunk, so loads are 16-byte and coalesced. A chunk
+// past the row's end (d = 128: lanes 16-31) holds zeros and adds nothing to the statistics.
+
+#define MAXC 8
+#define LIVE(c) ((c) < nc && (c) * 256 + lane * 8 < d)
+
+__device__ __forceinline__ void load_row_f32(const float* __restrict__ src, int d, int nc, int lane, float* v) {
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) {
+        if (LIVE(c)) {
+            const float4* p = reinterpret_cast<const float4*>(src + c * 256 + lane * 8);
+            float4 a = p[0], b = p[1];
+            v[c * 8 + 0] = a.x; v[c * 8 + 1] = a.y; v[c * 8 + 2] = a.z; v[c * 8 + 3] = a.w;
+            v[c * 8 + 4] = b.x; v[c * 8 + 5] = b.y; v[c * 8 + 6] = b.z; v[c * 8 + 7] = b.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[c * 8 + e] = 0.f;
+        }
+    }
+}
+
+__device__ __forceinline__ void load_row_f16(const f16* __restrict__ src, int d, int nc, int lane, float* v) {
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) {
+        if (LIVE(c)) {
+            uint4 a = *reinterpret_cast<const uint4*>(src + c * 256 + lane * 8);
+            v[c * 8 + 0] = lo_f(a.x); v[c * 8 + 1] = hi_f(a.x);
+            v[c * 8 + 2] = lo_f(a.y); v[c * 8 + 3] = hi_f(a.y);
+            v[c * 8 + 4] = lo_f(a.z); v[c * 8 + 5] = hi_f(a.z);
+            v[c * 8 + 6] = lo_f(a.w); v[c * 8 + 7] = hi_f(a.w);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[c * 8 + e] = 0.f;
+        }
+    }
+}
+
+__device__ __forceinline__ void store_row_f32(float* __restrict__ dst, int d, int nc, int lane, const float* v) {
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) {
+        if (LIVE(c)) {
+            float4* p = reinterpret_cast<float4*>(dst + c * 256 + lane * 8);
+            p[0] = make_float4(v[c * 8 + 0], v[c * 8 + 1], v[c * 8 + 2], v[c * 8 + 3]);
+            p[1] = make_float4(v[c * 8 + 4], v[c * 8 + 5], v[c * 8 + 6], v[c * 8 + 7]);
+        }
+    }
+}
+
+__device__ __forceinline__ void store_row_f16(f16* __restrict__ dst, int d, int nc, int lane, const float* v) {
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) {
+        if (LIVE(c)) {
+            uint4 a;
+            a.x = pack2(v[c * 8 + 0], v[c * 8 + 1]);
+            a.y = pack2(v[c * 8 + 2], v[c * 8 + 3]);
+            a.z = pack2(v[c * 8 + 4], v[c * 8 + 5]);
+            a.w = pack2(v[c * 8 + 6], v[c * 8 + 7]);
+            *reinterpret_cast<uint4*>(dst + c * 256 + lane * 8) = a;
+        }
+    }
+}
+
+// LayerNorm in place, f32 two-pass statistics over the row's d values; `b` may be null (the
+// encoder's norms have no bias).
+__device__ __forceinline__ void layer_norm(float* v, int d, int nc, int lane, const float* __restrict__ w,
+                                           const float* __restrict__ b, float eps) {
+    float s = 0.f;
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c)
+        if (LIVE(c))
+#pragma unroll
+            for (int e = 0; e < 8; ++e) s += v[c * 8 + e];
+    const float mean = warp_sum(s) / (float)d;
+    float q = 0.f;
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c)
+        if (LIVE(c))
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                float t = v[c * 8 + e] - mean;
+                q += t * t;
+            }
+    const float rstd = 1.0f / sqrtf(warp_sum(q) / (float)d + eps);
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c)
+        if (LIVE(c)) {
+            const int col = c * 256 + lane * 8;
+            const float4 w0 = *reinterpret_cast<const float4*>(w + col);
+            const float4 w1 = *reinterpret_cast<const float4*>(w + col + 4);
+            const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+            float bv[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            if (b) {
+                const float4 b0 = *reinterpret_cast<const float4*>(b + col);
+                const float4 b1 = *reinterpret_cast<const float4*>(b + col + 4);
+                bv[0] = b0.x; bv[1] = b0.y; bv[2] = b0.z; bv[3] = b0.w;
+                bv[4] = b1.x; bv[5] = b1.y; bv[6] = b1.z; bv[7] = b1.w;
+            }
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[c * 8 + e] = (v[c * 8 + e] - mean) * rstd * wv[e] + bv[e];
+        }
+}
+
+#define ROW_SETUP                                                        \
+    const int lane = threadIdx.x & 31;                                   \
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); \
+    if (row >= n) return;                                                \
+    const int nc = (d + 255) >> 8;                                               \
+    float v[MAXC * 8];
+
+// §3.1 step 1: x = LayerNorm(tok_embeddings[id]); also x in f16, layer 0's attention input
+// (layer 0 has no attn_norm).
+extern "C" __global__ void embed_norm(const u32* __restrict__ ids, const f16* __restrict__ emb,
+                                      const float* __restrict__ w, float* __restrict__ x,
+                                      f16* __restrict__ a, int n, int d, float eps) {
+    ROW_SETUP
+    load_row_f16(emb + (size_t)ids[row] * d, d, nc, lane, v);
+    layer_norm(v, d, nc, lane, w, 0, eps);
+    store_row_f32(x + (size_t)row * d, d, nc, lane, v);
+    store_row_f16(a + (size_t)row * d, d, nc, lane, v);
+}
+
+// y = f16(LayerNorm(x)): the input of the next 16-bit GEMM.
+extern "C" __global__ void norm_f16(const float* __restrict__ x, const float* __restrict__ w,
+                                    const float* __restrict__ b, f16* __restrict__ y, int n, int d,
+                                    float eps) {
+    ROW_SETUP
+    load_row_f32(x + (size_t)row * d, d, nc, lane, v);
+    layer_norm(v, d, nc, lane, w, b, eps);
+    store_row_f16(y + (size_t)row * d, d, nc, lane, v);
+}
+
+// y = LayerNorm(x) in f32 (the scorer's norm).
+extern "C" __global__ void norm_f32(const float* __restrict__ x, const float* __restrict__ w,
+                                    const float* __restrict__ b, float* __restrict__ y, int n, int d,
+                                    float eps) {
+    ROW_SETUP
+    load_row_f32(x + (size_t)row * d, d, nc, lane, v);
+    layer_norm(v, d, nc, lane, w, b, eps);
+    store_row_f32(y + (size_t)row * d, d, nc, lane, v);
+}
+
+// §3.1 step 3 and §3.2, then the first head layer's norm1: h = final_norm(x) +
+// type_emb[qtype], y = f16(norm1(h)).
+extern "C" __global__ void final_norm(const float* __restrict__ x, const float* __restrict__ wf,
+                                      const float* __restrict__ type_emb, const int* __restrict__ qtype,
+                                      float* __restrict__ h, const float* __restrict__ w1,
+                                      const float* __restrict__ b1, f16* __restrict__ y, int n, int d,
+                                      float eps, float head_eps) {
+    ROW_SETUP
+    load_row_f32(x + (size_t)row * d, d, nc, lane, v);
+    layer_norm(v, d, nc, lane, wf, 0, eps);
+    const float* te = type_emb + (size_t)qtype[row] * d;
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c)
+        if (LIVE(c))
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[c * 8 + e] += te[c * 256 + lane * 8 + e];
+    store_row_f32(h + (size_t)row * d, d, nc, lane, v);
+    layer_norm(v, d, nc, lane, w1, b1, head_eps);
+    store_row_f16(y + (size_t)row * d, d, nc, lane, v);
+}
+
+// The last head layer at the selected positions only: hs = h[sel], y = f16(norm1(hs)).
+extern "C" __global__ void gather_norm(const float* __restrict__ h, const int* __restrict__ sel,
+                                       float* __restrict__ hs, const float* __restrict__ w,
+                                       const float* __restrict__ b, f16* __restrict__ y, int n, int d,
+                                       float eps) {
+    ROW_SETUP
+    load_row_f32(h + (size_t)sel[row] * d, d, nc, lane, v);
+    store_row_f32(hs + (size_t)row * d, d, nc, lane, v);
+    layer_norm(v, d, nc, lane, w, b, eps);
+    store_row_f16(y + (size_t)row * d, d, nc, lane, v);
+}
+
+// ---------------------------------------------------------------------------------------
+// GeGLU: g = GELU(wi[:, :I]) ⊙ wi[:, I:], 8 values per thread (I % 8 == 0).
+extern "C" __global__ void geglu(const f16* __restrict__ wi, f16* __restrict__ g, int n, int inter) {
+    const int per_row = inter >> 3;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)n * per_row) return;
+    const size_t t = idx / per_row;
+    const int i = (int)(idx % per_row) * 8;
+    const uint4 a = *reinterpret_cast<const uint4*>(wi + t * 2 * inter + i);
+    const uint4 b = *reinterpret_cast<const uint4*>(wi + t * 2 * inter + inter + i);
+    uint4 r;
+    r.x = pack2(gelu_erf(lo_f(a.x)) * lo_f(b.x), gelu_erf(hi_f(a.x)) * hi_f(b.x));
+    r.y = pack2(gelu_erf(lo_f(a.y)) * lo_f(b.y), gelu_erf(hi_f(a.y)) * hi_f(b.y));
+    r.z = pack2(gelu_erf(lo_f(a.z)) * lo_f(b.z), gelu_erf(hi_f(a.z)) * hi_f(b.z));
+    r.w = pack2(gelu_erf(lo_f(a.w)) * lo_f(b.w), gelu_erf(hi_f(a.w)) * hi_f(b.w));
+    *reinterpret_cast<uint4*>(g + t * inter + i) = r;
+}
+
+// ---------------------------------------------------------------------------------------
+// Attention. Each query i attends to keys j of its own row, [tok_start[i], tok_end[i]), and
+// with `window` ≥ 0 (sliding layers) only |i − j| ≤ window. Token indices are packed, so
+// inside a row they differ exactly as sequence positions do. Heads are 64 wide; q, k and v
+// are column blocks of one buffer with row stride `ld` (the fused Wqkv output). RoPE
+// (`rope_cos`/`rope_sin` = [position][32] tables, null for the decision head) is applied to
+// q and k as they are loaded.
+
+#define HD 64
+#define BQ 64
+#define BK 64
+#define SROW 72  // shared-memory row stride in halves: 144 bytes, ldmatrix without bank conflicts
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+__device__ __forceinline__ void ldsm_x4(u32* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+// c += a · b for one m16n8k16 tile, f16 inputs, f32 accumulators.
+__device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void unpack8(const uint4& a, float* x) {
+    x[0] = lo_f(a.x); x[1] = hi_f(a.x); x[2] = lo_f(a.y); x[3] = hi_f(a.y);
+    x[4] = lo_f(a.z); x[5] = hi_f(a.z); x[6] = lo_f(a.w); x[7] = hi_f(a.w);
+}
+__device__ __forceinline__ uint4 pack8(const float* x) {
+    uint4 a;
+    a.x = pack2(x[0], x[1]); a.y = pack2(x[2], x[3]); a.z = pack2(x[4], x[5]); a.w = pack2(x[6], x[7]);
+    return a;
+}
+__device__ __forceinline__ void load8f(const float* __restrict__ p, float* x) {
+    const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w; x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+}
+// RoPE on dims [c8, c8 + 8) (x1) and their partners [c8 + 32, c8 + 40) (x2) of one head at
+// position `ps`: x1' = x1·cos − x2·sin, x2' = x2·cos + x1·sin.
+__device__ __forceinline__ void rope8(float* x1, float* x2, int ps, int c8, const float* __restrict__ rc,
+                                      const float* __restrict__ rs) {
+    float c[8], sn[8];
+    load8f(rc + ps * 32 + c8, c);
+    load8f(rs + ps * 32 + c8, sn);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const float a = x1[e], b = x2[e];
+        x1[e] = a * c[e] - b * sn[e];
+        x2[e] = b * c[e] + a * sn[e];
+    }
+}
+
+// RoPE in place on the query and key blocks of the fused Wqkv output (row stride `ld`,
+// keys `d` columns after the queries): one thread per (token, head, q or k, 8 of the first 32
+// dims and their partners 32 further). Runs before the tensor-core attention, whose tile
+// loads are then plain asynchronous copies.
+extern "C" __global__ void rope_qk(f16* __restrict__ qkv, int ld, int d, const int* __restrict__ tok_pos,
+                                   const float* __restrict__ rc, const float* __restrict__ rs, int n,
+                                   int heads) {
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    const int per_tok = heads * 8;
+    if (idx >= n * per_tok) return;
+    const int t = idx / per_tok, rem = idx % per_tok;
+    const int h = rem >> 3, which = (rem >> 2) & 1, c8 = (rem & 3) * 8;
+    f16* p = qkv + (size_t)t * ld + which * d + h * HD;
+    float x1[8], x2[8];
+    unpack8(*reinterpret_cast<const uint4*>(p + c8), x1);
+    unpack8(*reinterpret_cast<const uint4*>(p + c8 + 32), x2);
+    rope8(x1, x2, tok_pos[t], c8, rc, rs);
+    *reinterpret_cast<uint4*>(p + c8) = pack8(x1);
+    *reinterpret_cast<uint4*>(p + c8 + 32) = pack8(x2);
+}
+
+// 16-byte asynchronous copy global → shared; `bytes` = 0 fills zeros without reading.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// Queues the copy of rows [r0, r0 + 64) ∩ [.., rend) of one head (64 halves at `col`) into a
+// shared tile; rows at or past `rend` become zeros.
+__device__ __forceinline__ void tile_async(f16* s, const f16* __restrict__ src, int ld, int col, int r0,
+                                           int rend, int tid) {
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+        const int idx = tid + it * 128;
+        const int r = idx >> 3, c8 = (idx & 7) * 8, row = r0 + r;
+        const bool ok = row < rend;
+        cp_async16(s + r * SROW + c8, src + (size_t)(ok ? row : 0) * ld + col + c8, ok ? 16 : 0);
+    }
+}
+
+// Flash-attention on tensor cores (RoPE already applied, see rope_qk): one block = one query
+// tile of `tiles` (up to 64 tokens of one row) × one head, 4 warps of 16 queries. Keys run in
+// tiles of 64 counted from the row's start, double-buffered with asynchronous copies; online
+// softmax in f32 (base 2), P rounded to f16 for P·V as fused attention kernels do. A query's
+// result depends only on its own row, not on the rows packed around it.
+extern "C" __global__ void __launch_bounds__(128)
+attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* __restrict__ v, int ld,
+              f16* __restrict__ out, int out_ld, const int* __restrict__ tiles,
+              const int* __restrict__ tok_start, const int* __restrict__ tok_end, int window, float scale) {
+    __shared__ __align__(16) f16 sq[BQ * SROW];
+    __shared__ __align__(16) f16 sk[2][BK * SROW];
+    __shared__ __align__(16) f16 sv[2][BK * SROW];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int q0 = tiles[blockIdx.x];
+    if (q0 < 0) return;
+    const int col = blockIdx.y * HD;
+    const int rs = tok_start[q0], re = tok_end[q0];
+    const int qend = min(q0 + BQ, re);
+    // Keys of the whole tile, and the key tiles covering them, aligned to the row's start.
+    int klo = rs, khi = re;
+    if (window >= 0) {
+        klo = max(rs, q0 - window);
+        khi = min(re, qend - 1 + window + 1);
+    }
+    const int kt0 = rs + ((klo - rs) / BK) * BK;
+    const int ntiles = (khi - kt0 + BK - 1) / BK;
+
+    tile_async(sq, q, ld, col, q0, qend, tid);
+    cp_async_commit();
+    if (ntiles > 0) {
+        tile_async(sk[0], k, ld, col, kt0, khi, tid);
+        tile_async(sv[0], v, ld, col, kt0, khi, tid);
+    }
+    cp_async_commit();
+
+    // This thread's two query rows (the m16n8 accumulator layout) and their key ranges.
+    const int qi0 = q0 + warp * 16 + (lane >> 2), qi1 = qi0 + 8;
+    int lo0 = 0, hi0 = 0, lo1 = 0, hi1 = 0;
+    if (qi0 < qend) {
+        lo0 = window >= 0 ? max(rs, qi0 - window) : rs;
+        hi0 = window >= 0 ? min(re, qi0 + window + 1) : re;
+    }
+    if (qi1 < qend) {
+        lo1 = window >= 0 ? max(rs, qi1 - window) : rs;
+        hi1 = window >= 0 ? min(re, qi1 + window + 1) : re;
+    }
+
+    cp_async_wait<1>();
+    __syncthreads();
+    u32 qa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) ldsm_x4(qa[kk], &sq[(warp * 16 + (lane & 15)) * SROW + kk * 16 + (lane >> 4) * 8]);
+
+    float o[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+    const float sl2 = scale * 1.4426950408889634f;
+
+    for (int m = 0; m < ntiles; ++m) {
+        const int kt = kt0 + m * BK, st = m & 1;
+        if (m + 1 < ntiles) {
+            tile_async(sk[st ^ 1], k, ld, col, kt + BK, khi, tid);
+            tile_async(sv[st ^ 1], v, ld, col, kt + BK, khi, tid);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+            for (int k2 = 0; k2 < 2; ++k2) {
+                u32 b[4];
+                ldsm_x4(b, &sk[st][(j * 8 + (lane & 7)) * SROW + k2 * 32 + (lane >> 3) * 8]);
+                mma16816(s[j], qa[k2 * 2], b[0], b[1]);
+                mma16816(s[j], qa[k2 * 2 + 1], b[2], b[3]);
+            }
+        }
+
+        float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int kj = kt + j * 8 + (lane & 3) * 2 + (e & 1);
+                const bool ok = e < 2 ? (kj >= lo0 && kj < hi0) : (kj >= lo1 && kj < hi1);
+                const float val = ok ? s[j][e] * sl2 : NEG_INF;
+                s[j][e] = val;
+                if (e < 2) mx0 = fmaxf(mx0, val);
+                else mx1 = fmaxf(mx1, val);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        // A row with no key yet keeps a finite base, so no −inf − −inf.
+        const float base0 = mn0 == NEG_INF ? 0.f : mn0, base1 = mn1 == NEG_INF ? 0.f : mn1;
+        const float al0 = exp2f(m0 - base0), al1 = exp2f(m1 - base1);
+        m0 = mn0;
+        m1 = mn1;
+        float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float p = exp2f(s[j][e] - (e < 2 ? base0 : base1));
+                s[j][e] = p;
+                if (e < 2) rs0 += p;
+                else rs1 += p;
+            }
+        l0 = l0 * al0 + rs0;
+        l1 = l1 * al1 + rs1;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            o[j][0] *= al0;
+            o[j][1] *= al0;
+            o[j][2] *= al1;
+            o[j][3] *= al1;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            u32 pa[4];
+            pa[0] = pack2(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = pack2(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dd = 0; dd < 4; ++dd) {
+                u32 b[4];
+                ldsm_x4_t(b, &sv[st][(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SROW + dd * 16 + (lane >> 4) * 8]);
+                mma16816(o[dd * 2], pa, b[0], b[1]);
+                mma16816(o[dd * 2 + 1], pa, b[2], b[3]);
+            }
+        }
+        // Everyone is done with this stage before the next iteration refills it.
+        __syncthreads();
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int c = col + j * 8 + (lane & 3) * 2;
+        if (qi0 < qend) *reinterpret_cast<u32*>(out + (size_t)qi0 * out_ld + c) = pack2(o[j][0] * inv0, o[j][1] * inv0);
+        if (qi1 < qend) *reinterpret_cast<u32*>(out + (size_t)qi1 * out_ld + c) = pack2(o[j][2] * inv1, o[j][3] * inv1);
+    }
+}
+
+// One head's 64 dims of row `row` as f32, rotated when a RoPE table is given.
+__device__ __forceinline__ void load_head(const f16* __restrict__ p, float* x, int ps,
+                                          const float* __restrict__ rc, const float* __restrict__ rs) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) unpack8(*reinterpret_cast<const uint4*>(p + c * 8), x + c * 8);
+    if (rc) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) rope8(x + c * 8, x + 32 + c * 8, ps, c * 8, rc, rs);
+    }
+}
+
+// Attention one block of 4 warps per (query, head): the 128 threads take the query's keys
+// in turn, each keeping its own online softmax over f32 scores, merged across the block at
+// the end. Used where queries are few and scattered (the last head layer reads only position
+// 0 and the markers: `q_tok` maps query i to its token), and as a plain reference path for
+// the dense layers (`q_tok` null: query i is token i), RoPE applied here when given.
+extern "C" __global__ void __launch_bounds__(128)
+attention_rows(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_tok, const f16* __restrict__ k,
+               const f16* __restrict__ v, int kv_ld, f16* __restrict__ out, int out_ld,
+               const int* __restrict__ tok_start, const int* __restrict__ tok_end, const int* __restrict__ tok_pos,
+               const float* __restrict__ rope_cos, const float* __restrict__ rope_sin, int window, int n, int heads,
+               float scale) {
+    __shared__ float part[4][65];
+    __shared__ float wmax[4];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int i = blockIdx.x / heads, col = (blockIdx.x % heads) * HD;
+    if (i >= n) return;
+    const int t = q_tok ? q_tok[i] : i;
+    int lo = tok_start[t], hi = tok_end[t];
+    if (window >= 0) {
+        lo = max(lo, t - window);
+        hi = min(hi, t + window + 1);
+    }
+    float qv[64];
+    load_head(q + (size_t)i * q_ld + col, qv, rope_cos ? tok_pos[t] : 0, rope_cos, rope_sin);
+    float m = NEG_INF, l = 0.f, acc[64];
+#pragma unroll
+    for (int e = 0; e < 64; ++e) acc[e] = 0.f;
+    for (int j = lo + tid; j < hi; j += 128) {
+        float kv[64];
+        load_head(k + (size_t)j * kv_ld + col, kv, rope_cos ? tok_pos[j] : 0, rope_cos, rope_sin);
+        float sc = 0.f;
+#pragma unroll
+        for (int e = 0; e < 64; ++e) sc += qv[e] * kv[e];
+        sc *= scale;
+        const float mn = fmaxf(m, sc);
+        const float al = expf(m - mn), p = expf(sc - mn);
+        l = l * al + p;
+        load_head(v + (size_t)j * kv_ld + col, kv, 0, 0, 0);
+#pragma unroll
+        for (int e = 0; e < 64; ++e) acc[e] = acc[e] * al + p * kv[e];
+        m = mn;
+    }
+    float mx = m;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) wmax[warp] = mx;
+    __syncthreads();
+    mx = fmaxf(fmaxf(wmax[0], wmax[1]), fmaxf(wmax[2], wmax[3]));
+    const float f = m == NEG_INF ? 0.f : expf(m - mx);
+    const float wl = warp_sum(l * f);
+#pragma unroll
+    for (int e = 0; e < 64; ++e) {
+        const float a = warp_sum(acc[e] * f);
+        if (lane == 0) part[warp][e] = a;
+    }
+    if (lane == 0) part[warp][64] = wl;
+    __syncthreads();
+    if (tid < 64) {
+        const float total = part[0][64] + part[1][64] + part[2][64] + part[3][64];
+        const float a = part[0][tid] + part[1][tid] + part[2][tid] + part[3][tid];
+        out[(size_t)i * out_ld + col + tid] = f2h(total > 0.f ? a / total : 0.f);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// §3.4 tail of the scorer: logit = scorer.3 · GELU(u) + b, one warp per selected position.
+extern "C" __global__ void scorer_out(const float* __restrict__ u, const float* __restrict__ w3,
+                                      const float* __restrict__ b3, float* __restrict__ logits, int n,
+                                      int d) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= n) return;
+    float s = 0.f;
+    for (int i = lane; i < d; i += 32) s += gelu_erf(u[(size_t)row * d + i]) * w3[i];
+    s = warp_sum(s);
+    if (lane == 0) logits[row] = s + b3[0];
+}
+
+// §3.5, first layer of the act head: block (r, y) computes 8 of act_head.0's outputs for row
+// r, one warp each, reading the weight rows coalesced. Row r's selected positions start at
+// row_sel[r] (position 0), its row_nmark[r] markers follow. The features come from the
+// untempered logits as laya_mlx's `act_features` computes them: top1, top1 − top2,
+// entropy / ln k, k / 255 with k = max(markers, 2).
+extern "C" __global__ void act_hidden(const float* __restrict__ logits, const float* __restrict__ hs,
+                                      const int* __restrict__ row_sel, const int* __restrict__ row_nmark,
+                                      const int* __restrict__ nrows, const float* __restrict__ w0,
+                                      const float* __restrict__ b0, float* __restrict__ hid, int d,
+                                      int hidden) {
+    __shared__ float feats[4];
+    const int r = blockIdx.x;
+    if (r >= nrows[0]) return;
+    const int s0 = row_sel[r], km = row_nmark[r];
+    if (threadIdx.x == 0) {
+        const float* z = logits + s0 + 1;
+        const float kf = (float)max(km, 2);
+        float mx = NEG_INF;
+        for (int m = 0; m < km; ++m) mx = fmaxf(mx, z[m]);
+        float sum = 0.f;
+        for (int m = 0; m < km; ++m) sum += expf(z[m] - mx);
+        float ent = 0.f, top1 = 0.f, top2 = 0.f;
+        for (int m = 0; m < km; ++m) {
+            const float p = expf(z[m] - mx) / sum;
+            ent += p * logf(fmaxf(p, 1e-9f));
+            if (p > top1) {
+                top2 = top1;
+                top1 = p;
+            } else if (p > top2) {
+                top2 = p;
+            }
+        }
+        feats[0] = top1;
+        feats[1] = top1 - top2;
+        feats[2] = -ent / logf(kf);
+        feats[3] = kf / 255.f;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int j = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (j >= hidden) return;
+    const float* pooled = hs + (size_t)s0 * d;
+    const float* wr = w0 + (size_t)j * (d + 4);
+    float acc = 0.f;
+    for (int i = lane; i < d; i += 32) acc += pooled[i] * wr[i];
+    if (lane < 4) acc += feats[lane] * wr[d + lane];
+    acc = warp_sum(acc);
+    if (lane == 0) hid[(size_t)r * hidden + j] = gelu_erf(acc + b0[j]);
+}
+
+// §3.5, second layer: one warp per (row, act logit).
+extern "C" __global__ void act_out(const float* __restrict__ hid, const int* __restrict__ nrows,
+                                   const float* __restrict__ w2, const float* __restrict__ b2,
+                                   float* __restrict__ act, int hidden, int n_act) {
+    const int lane = threadIdx.x & 31;
+    const int w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int r = w / n_act, a = w % n_act;
+    if (r >= nrows[0]) return;
+    float s = 0.f;
+    for (int j = lane; j < hidden; j += 32) s += hid[(size_t)r * hidden + j] * w2[a * hidden + j];
+    s = warp_sum(s);
+    if (lane == 0) act[r * n_act + a] = s + b2[a];
+}
+
+// Holds the stream for `ns` nanoseconds, so that work queued behind it starts back to back
+// (the profiler's way to time steps without the host's launch gaps).
+extern "C" __global__ void spin(long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while ((long long)(now - start) < ns);
+}

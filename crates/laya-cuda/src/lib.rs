@@ -1,0 +1,32 @@
+//! `laya-cuda`: the Laya System 1 forward pass (`model.md` §3) as a native NVIDIA engine,
+//! behind the same plain-data seam as `laya-mlx` ([`laya_core::engine::Forward`]: token rows
+//! in, logits out).
+//!
+//! - [`gpu`]: the CUDA driver, NVRTC and cuBLASLt, opened at run time (no CUDA at build time,
+//!   so the workspace builds and tests anywhere); device memory, launches, graphs.
+//! - [`compile`]: the fused kernels of `kernels.cu`, compiled by NVRTC for the GPU at hand
+//!   and cached on disk.
+//! - [`gemm`]: the linear layers through cuBLASLt, bias/ReLU/residual in the epilogue.
+//! - [`batch`]: rows packed back to back into fixed-size buckets, one CUDA graph per bucket.
+//! - [`weights`], [`engine`]: the checkpoint on the GPU and the forward pass.
+//!
+//! Numerics follow upstream's fp16 autocast on CUDA: f16 weights and GEMM inputs with f32
+//! accumulation, an f32 residual stream and f32 norms, softmax in f32, and the scorer and act
+//! head in f32.
+
+pub mod batch;
+pub mod compile;
+pub mod engine;
+pub mod error;
+pub mod gemm;
+pub mod gpu;
+pub mod weights;
+
+pub use engine::{Attention, CudaEngine, CudaSettings, Stats};
+pub use error::{CudaError, ForwardError, LoadError};
+
+/// Whether this machine can run the engine: the CUDA libraries load and GPU `ordinal` exists
+/// with compute capability 8.0 or newer. The reason when not.
+pub fn probe(ordinal: usize) -> Result<String, CudaError> {
+    gpu::Gpu::open(ordinal).map(|g| g.name.clone())
+}

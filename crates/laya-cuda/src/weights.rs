@@ -1,0 +1,217 @@
+//! The checkpoint on the GPU, in the precision each part runs at: the encoder's and the
+//! decision head's linear weights (and the embedding table) in f16 as stored, the norms, the
+//! type embedding, the scorer and the act head in f32, as upstream's fp16 autocast keeps them.
+//! Also the RoPE tables, computed in f32 as torch does (`model.md` §5.16).
+
+use laya_core::checkpoint::CheckpointTensors;
+use laya_core::config::{CheckpointConfig, LayerKind};
+
+use crate::error::{CudaError, LoadError};
+use crate::gpu::DeviceBuf;
+
+/// One encoder layer.
+#[derive(Debug)]
+pub struct EncoderLayer {
+    /// `None` on layer 0, which has no `attn_norm`.
+    pub attn_norm: Option<DeviceBuf>,
+    pub wqkv: DeviceBuf,
+    pub wo: DeviceBuf,
+    pub mlp_norm: DeviceBuf,
+    pub wi: DeviceBuf,
+    pub wo_mlp: DeviceBuf,
+    /// Sliding-window layer (local theta, ±half window) or global.
+    pub sliding: bool,
+}
+
+/// One decision-head layer (`TransformerEncoderLayer`, pre-norm, ReLU).
+#[derive(Debug)]
+pub struct HeadLayer {
+    pub norm1_w: DeviceBuf,
+    pub norm1_b: DeviceBuf,
+    /// `in_proj_weight` `[3d, d]`, f16: rows `0..d` project queries, `d..3d` keys and values.
+    pub in_w: DeviceBuf,
+    /// `in_proj_bias` `[3d]`, f16.
+    pub in_b: DeviceBuf,
+    pub out_w: DeviceBuf,
+    /// f32: added to the f32 stream in the GEMM's epilogue.
+    pub out_b: DeviceBuf,
+    pub norm2_w: DeviceBuf,
+    pub norm2_b: DeviceBuf,
+    pub l1_w: DeviceBuf,
+    /// f16, with the ReLU in the epilogue.
+    pub l1_b: DeviceBuf,
+    pub l2_w: DeviceBuf,
+    /// f32.
+    pub l2_b: DeviceBuf,
+}
+
+/// RoPE `cos`/`sin` tables, `[position][head_dim / 2]` f32.
+#[derive(Debug)]
+pub struct Rope {
+    pub cos: DeviceBuf,
+    pub sin: DeviceBuf,
+}
+
+/// Every tensor of the forward pass, on the device.
+#[derive(Debug)]
+pub struct Weights {
+    pub emb: DeviceBuf,
+    pub emb_norm: DeviceBuf,
+    pub layers: Vec<EncoderLayer>,
+    pub final_norm: DeviceBuf,
+    pub type_emb: DeviceBuf,
+    pub head: Vec<HeadLayer>,
+    pub scorer_norm_w: DeviceBuf,
+    pub scorer_norm_b: DeviceBuf,
+    pub scorer_w1: DeviceBuf,
+    pub scorer_b1: DeviceBuf,
+    pub scorer_w3: DeviceBuf,
+    pub scorer_b3: DeviceBuf,
+    /// `act_head.0.weight`, `[act_hidden, d + 4]`.
+    pub act_w0: DeviceBuf,
+    pub act_b0: DeviceBuf,
+    pub act_w2: DeviceBuf,
+    pub act_b2: DeviceBuf,
+    /// Output width of `act_head.0`.
+    pub act_hidden: usize,
+    pub rope_global: Rope,
+    pub rope_local: Rope,
+    /// Rows of the RoPE tables: positions past this cannot run.
+    pub max_positions: usize,
+    /// Bytes on the device.
+    pub bytes: usize,
+}
+
+struct Reader<'a> {
+    t: &'a CheckpointTensors,
+    bytes: usize,
+}
+
+impl Reader<'_> {
+    fn half(&mut self, name: &str) -> Result<DeviceBuf, LoadError> {
+        let b = DeviceBuf::from_slice(&self.t.read_f16_bits(name)?)?;
+        self.bytes += b.bytes();
+        Ok(b)
+    }
+    fn float(&mut self, name: &str) -> Result<DeviceBuf, LoadError> {
+        let b = DeviceBuf::from_slice(&self.t.read_f32(name)?)?;
+        self.bytes += b.bytes();
+        Ok(b)
+    }
+    fn upload<T: Copy>(&mut self, data: &[T]) -> Result<DeviceBuf, CudaError> {
+        let b = DeviceBuf::from_slice(data)?;
+        self.bytes += b.bytes();
+        Ok(b)
+    }
+}
+
+/// `cos`/`sin` of `pos · θ^(−2i/hd)` for `i < hd/2`, every product and function in f32.
+pub fn rope_table(theta: f32, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0f32 / theta.powf((2 * i) as f32 / head_dim as f32))
+        .collect();
+    let mut cos = Vec::with_capacity(positions * half);
+    let mut sin = Vec::with_capacity(positions * half);
+    for p in 0..positions {
+        for &f in &inv {
+            let a = p as f32 * f;
+            cos.push(a.cos());
+            sin.push(a.sin());
+        }
+    }
+    (cos, sin)
+}
+
+impl Weights {
+    /// Reads every tensor of the checkpoint (already checked against `cfg`) to the device.
+    pub fn load(t: &CheckpointTensors, cfg: &CheckpointConfig) -> Result<Weights, LoadError> {
+        let e = &cfg.encoder;
+        let mut r = Reader { t, bytes: 0 };
+        let mut layers = Vec::with_capacity(e.num_hidden_layers);
+        for l in 0..e.num_hidden_layers {
+            let p = format!("encoder.layers.{l}");
+            layers.push(EncoderLayer {
+                attn_norm: if l == 0 {
+                    None
+                } else {
+                    Some(r.float(&format!("{p}.attn_norm.weight"))?)
+                },
+                wqkv: r.half(&format!("{p}.attn.Wqkv.weight"))?,
+                wo: r.half(&format!("{p}.attn.Wo.weight"))?,
+                mlp_norm: r.float(&format!("{p}.mlp_norm.weight"))?,
+                wi: r.half(&format!("{p}.mlp.Wi.weight"))?,
+                wo_mlp: r.half(&format!("{p}.mlp.Wo.weight"))?,
+                sliding: e.layer_kinds[l] == LayerKind::Sliding,
+            });
+        }
+        let mut head = Vec::with_capacity(cfg.agent.head_layers);
+        for j in 0..cfg.agent.head_layers {
+            let p = format!("head.layers.{j}");
+            head.push(HeadLayer {
+                norm1_w: r.float(&format!("{p}.norm1.weight"))?,
+                norm1_b: r.float(&format!("{p}.norm1.bias"))?,
+                in_w: r.half(&format!("{p}.self_attn.in_proj_weight"))?,
+                in_b: r.half(&format!("{p}.self_attn.in_proj_bias"))?,
+                out_w: r.half(&format!("{p}.self_attn.out_proj.weight"))?,
+                out_b: r.float(&format!("{p}.self_attn.out_proj.bias"))?,
+                norm2_w: r.float(&format!("{p}.norm2.weight"))?,
+                norm2_b: r.float(&format!("{p}.norm2.bias"))?,
+                l1_w: r.half(&format!("{p}.linear1.weight"))?,
+                l1_b: r.half(&format!("{p}.linear1.bias"))?,
+                l2_w: r.half(&format!("{p}.linear2.weight"))?,
+                l2_b: r.float(&format!("{p}.linear2.bias"))?,
+            });
+        }
+        let act_hidden = t.shape("act_head.0.weight")?[0];
+        let max_positions = e.max_position_embeddings.max(cfg.agent.max_len).max(1);
+        let hd = e.head_dim();
+        let (gc, gs) = rope_table(e.rope_theta_global, hd, max_positions);
+        let (lc, ls) = rope_table(e.rope_theta_local, hd, max_positions);
+        Ok(Weights {
+            emb: r.half("encoder.embeddings.tok_embeddings.weight")?,
+            emb_norm: r.float("encoder.embeddings.norm.weight")?,
+            layers,
+            final_norm: r.float("encoder.final_norm.weight")?,
+            type_emb: r.float("type_emb.weight")?,
+            head,
+            scorer_norm_w: r.float("scorer.0.weight")?,
+            scorer_norm_b: r.float("scorer.0.bias")?,
+            scorer_w1: r.float("scorer.1.weight")?,
+            scorer_b1: r.float("scorer.1.bias")?,
+            scorer_w3: r.float("scorer.3.weight")?,
+            scorer_b3: r.float("scorer.3.bias")?,
+            act_w0: r.float("act_head.0.weight")?,
+            act_b0: r.float("act_head.0.bias")?,
+            act_w2: r.float("act_head.2.weight")?,
+            act_b2: r.float("act_head.2.bias")?,
+            act_hidden,
+            rope_global: Rope {
+                cos: r.upload(&gc)?,
+                sin: r.upload(&gs)?,
+            },
+            rope_local: Rope {
+                cos: r.upload(&lc)?,
+                sin: r.upload(&ls)?,
+            },
+            max_positions,
+            bytes: r.bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rope_table;
+
+    #[test]
+    fn rope_table_starts_at_angle_zero_and_rotates_by_inv_freq() {
+        let (c, s) = rope_table(10000.0, 64, 3);
+        assert_eq!(c.len(), 3 * 32);
+        assert!(c[..32].iter().all(|&x| x == 1.0) && s[..32].iter().all(|&x| x == 0.0));
+        // Position 1, i = 0: angle 1 rad; i = 31: 10000^(-62/64).
+        assert_eq!(c[32], 1.0f32.cos());
+        let f = 1.0f32 / 10000f32.powf(62.0 / 64.0);
+        assert_eq!(s[63], f.sin());
+    }
+}
