@@ -103,8 +103,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     let report = serde_json::json!({
         "contender": "sys1rust",
-        "precision": engine.forward.precision().name(),
+        "precision": engine.forward.precision_name(),
         "device": engine.forward.device_name(),
+        "engine": engine.forward.engine_name(),
         "load_ms": load_ms,
         "peak_rss_mib": peak_rss_mib(),
         "shapes": shapes,

@@ -1,7 +1,8 @@
-//! `sys1rust`: Laya System 1 decision models on MLX.
+//! `sys1rust`: Laya System 1 decision models on MLX, and on NVIDIA GPUs natively.
 
 mod bench;
 mod decide;
+mod engine;
 mod http;
 mod models;
 mod serve;
@@ -13,6 +14,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use engine::{AnyForward, EngineChoice};
 use laya_mlx::{DeviceKind, EngineSettings, Precision, SlidingAttention};
 
 #[derive(Parser)]
@@ -68,6 +70,13 @@ pub struct ModelArgs {
     /// always query blocks (blocked). Same answers; a speed knob.
     #[arg(long, value_enum, default_value_t = Sliding::Auto, env = "SYS1_SLIDING_ATTENTION")]
     pub sliding_attention: Sliding,
+    /// Which engine runs the forward pass: auto (the native CUDA engine on an NVIDIA GPU, MLX
+    /// elsewhere), mlx, or cuda.
+    #[arg(long, value_enum, default_value_t = EngineChoice::Auto, env = "SYS1_ENGINE")]
+    pub engine: EngineChoice,
+    /// Where the CUDA engine caches its compiled kernels (serve's --kernel-cache).
+    #[arg(skip)]
+    pub cuda_kernel_cache: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -109,6 +118,34 @@ impl ModelArgs {
         }
     }
 
+    /// The CUDA engine's settings (environment knobs for benchmarks and diagnosis:
+    /// `SYS1_CUDA_GRAPHS=0`, `SYS1_CUDA_ATTENTION=rows`).
+    pub fn cuda_settings(&self) -> laya_cuda::CudaSettings {
+        let mut s = laya_cuda::CudaSettings::default();
+        if let Some(dir) = &self.cuda_kernel_cache {
+            s.kernel_cache = Some(dir.clone());
+        }
+        if std::env::var("SYS1_CUDA_GRAPHS").is_ok_and(|v| matches!(v.as_str(), "0" | "false" | "off")) {
+            s.graphs = false;
+        }
+        if std::env::var("SYS1_CUDA_ATTENTION").is_ok_and(|v| v == "rows") {
+            s.attention = laya_cuda::Attention::Rows;
+        }
+        s
+    }
+
+    /// The engine to load: `auto` never picks the CUDA engine for the CPU device or for f32,
+    /// which only MLX computes.
+    fn engine_choice(&self) -> anyhow::Result<EngineChoice> {
+        match (self.engine, self.f32 || matches!(self.device, Device::Cpu)) {
+            (EngineChoice::Cuda, true) => anyhow::bail!(
+                "--engine cuda computes in f16 on the GPU: it takes neither --f32 nor --device cpu"
+            ),
+            (EngineChoice::Auto, true) => Ok(EngineChoice::Mlx),
+            (choice, _) => Ok(choice),
+        }
+    }
+
     /// Finds the checkpoint directory, downloading the model once if it is not cached.
     pub fn resolve(&self) -> anyhow::Result<laya_hub::ResolvedModel> {
         let hub = laya_hub::Hub::from_env().context("reading the Hugging Face settings")?;
@@ -123,18 +160,22 @@ impl ModelArgs {
     }
 
     /// Loads the engine from a resolved checkpoint directory.
-    pub fn load_dir(
-        &self,
-        dir: &Path,
-    ) -> anyhow::Result<laya_core::engine_api::Engine<laya_mlx::MlxEngine>> {
-        let forward = laya_mlx::MlxEngine::load(dir, &self.settings())
-            .with_context(|| format!("loading the model in {}", dir.display()))?;
+    pub fn load_dir(&self, dir: &Path) -> anyhow::Result<laya_core::engine_api::Engine<AnyForward>> {
+        let choice = self.engine_choice()?;
+        let forward = AnyForward::load(
+            dir,
+            choice,
+            matches!(self.device, Device::Cpu),
+            &self.settings(),
+            &self.cuda_settings(),
+        )
+        .with_context(|| format!("loading the model in {}", dir.display()))?;
         laya_core::engine_api::Engine::load(dir, forward)
             .with_context(|| format!("loading the tokenizer and configs in {}", dir.display()))
     }
 
     /// Resolves and loads.
-    pub fn load(&self) -> anyhow::Result<laya_core::engine_api::Engine<laya_mlx::MlxEngine>> {
+    pub fn load(&self) -> anyhow::Result<laya_core::engine_api::Engine<AnyForward>> {
         let resolved = self.resolve()?;
         self.load_dir(&resolved.dir)
     }

@@ -190,17 +190,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|| resolved.name.clone()),
         });
     let routing = RoutingConfig::single(repo_label, default_model, args.auto_task);
-    let model = args.model.clone();
+    let mut model = args.model.clone();
+    model.cuda_kernel_cache = args.kernel_cache.clone();
     let (handle, ready, _thread) =
         worker::spawn(args.max_concurrent, routing.clone(), move || {
             let started = Instant::now();
             let mut engine = model.load_dir(&model_dir)?;
             let load_ms = started.elapsed().as_secs_f64() * 1e3;
-            let gpu = engine.forward.device_name() != "cpu";
-            let warmup_ms = warm_up(&mut engine, gpu)?;
+            let warmup_ms = if engine.forward.warm()? {
+                started.elapsed().as_secs_f64() * 1e3 - load_ms
+            } else {
+                let gpu = engine.forward.device_name() != "cpu";
+                warm_up(&mut engine, gpu)?
+            };
             let info = WorkerInfo {
+                engine: engine.forward.engine_name(),
                 device: engine.forward.device_name(),
-                precision: engine.forward.precision().name().to_owned(),
+                precision: engine.forward.precision_name().to_owned(),
                 load_ms,
                 warmup_ms,
             };
@@ -250,7 +256,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "model": resolved.name,
             "dir": resolved.dir.display().to_string(),
             "revision": resolved.revision,
-            "engine": "mlx",
+            "engine": info.engine,
             "device": info.device,
             "precision": info.precision,
             "load_ms": (info.load_ms * 10.0).round() / 10.0,

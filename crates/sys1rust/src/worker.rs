@@ -289,6 +289,8 @@ where
 /// What the worker reports once its engine is built (for the ready line and `/health`).
 #[derive(Debug, Clone)]
 pub struct WorkerInfo {
+    /// `mlx` or `cuda`.
+    pub engine: &'static str,
     pub device: String,
     pub precision: String,
     pub load_ms: f64,
