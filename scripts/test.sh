@@ -17,4 +17,12 @@ case $prebuilt in
   *) export MLX_SYS_PREBUILT_DIR="${MLX_SYS_PREBUILT_DIR:-$prebuilt}" ;;
 esac
 
+# laya-cuda's kernels compile with NVRTC here too (no GPU needed); without it that one test
+# says it skipped. Its GPU tests skip on machines without an NVIDIA GPU.
+if nvrtc=$(bash scripts/setup-nvrtc.sh); then
+  export LD_LIBRARY_PATH="$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  echo "test.sh: NVRTC unavailable; laya-cuda's kernel compile test will skip" >&2
+fi
+
 exec cargo test --workspace --release "$@"

@@ -44,6 +44,8 @@ if [ "${1:-}" = --build ]; then
   cargo build --release -p sys1rust --bins --target-dir $TARGET
   cargo build --release -p laya-mlx --examples --target-dir $TARGET
   cargo test --release -p sys1rust --test replay --no-run --target-dir $TARGET
+  cargo test --release -p laya-cuda --test gpu_answers --no-run --target-dir $TARGET
+  cargo build --release -p laya-cuda --examples --target-dir $TARGET
 fi
 MLXROOT=$ROOT/.mlx/cuda13
 [ -f "$MLXROOT/mlx/lib/libmlx.so" ] || { echo "run scripts/setup-mlx.sh cuda13 first" >&2; exit 1; }
@@ -57,11 +59,14 @@ OUTD=$WORK/out
 # server at the path baked in at compile time ($ROOT/target/cuda/release/sys1rust): run.sh
 # links that path to the carried binary.
 replay=$(ls -t $TARGET/release/deps/replay-* | grep -v '\.d$' | head -1)
+cuda_answers=$(ls -t $TARGET/release/deps/gpu_answers-* | grep -v '\.d$' | head -1)
 strip -o "$WORK/bin/sys1rust" $TARGET/release/sys1rust
 strip -o "$WORK/bin/make-checkpoint" $TARGET/release/examples/make-checkpoint
 strip -o "$WORK/bin/gpu-probe" $TARGET/release/examples/gpu-probe
 strip -o "$WORK/bin/op-timing" $TARGET/release/examples/op-timing
 strip -o "$WORK/bin/replay" "$replay"
+strip -o "$WORK/bin/cuda-answers" "$cuda_answers"
+strip -o "$WORK/bin/cuda-profile" $TARGET/release/examples/cuda-profile
 echo "$ROOT/$TARGET/release/sys1rust" > "$WORK/bin/replay.bin-path"
 
 # Stand-ins for the libmlx symbols make-checkpoint links (it never calls them).

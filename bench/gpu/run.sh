@@ -26,6 +26,8 @@
 #   upstream_http  upstream laya-serve's own app over HTTP for each of UP_MODES (bench/gpu/
 #               upstream_serve.py; the wheels from bench/gpu/upstream-wheels.sh)
 #   variants    the engine in-process under other MLX settings (VARIANTS)
+#   cuda_tests  laya-cuda's GPU tests (fixture parity, determinism, graphs, attention paths)
+#   engines     `engine` for sys1rust-cuda (--engine cuda) and sys1rust-mlx (--engine mlx)
 #
 # Every contender on one machine takes three consecutive calls (the machine stays warm
 # between them; results accumulate in $STAGE/res):
@@ -60,7 +62,9 @@ ENGINE_SERVE=${ENGINE_SERVE:-$SYS1 serve --model $CKPT --f16 --device gpu --port
 ENGINE_BENCH=${ENGINE_BENCH:-$SYS1 bench --model $CKPT --f16 --device gpu}
 mkdir -p "$STAGE" "$RES" "$OUT"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export LD_LIBRARY_PATH=$STAGE/site/mlx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# laya-cuda opens NVRTC and cuBLASLt by soname: the CUDA 13 libraries of the machine's Python
+# (linked into $STAGE/site/nvidia by setup), then the toolkit's.
+export LD_LIBRARY_PATH=$STAGE/site/mlx/lib:$STAGE/site/nvidia/cu13/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$STAGE/py${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export SYS1_DEVICE=gpu
@@ -293,6 +297,23 @@ phase_replay() {
   say "replay f16 rc $?"
   tail -n 5 "$RES/replay-f16.log" >&2
   pack
+}
+
+phase_cuda_tests() {
+  say "cuda_tests: laya-cuda against the fixture references, determinism, graphs, attention paths"
+  SYS1_FIXTURES=$STAGE/fixtures timeout -k 5 300 "$STAGE/bin/cuda-answers" --nocapture --test-threads 1 \
+    > "$RES/cuda-tests.log" 2>&1
+  say "cuda_tests rc $?"
+  grep -E "^test |running on|skipped|cuda f16|passes;|panicked|error" "$RES/cuda-tests.log" | head -n 30 >&2
+  pack
+}
+
+# Both sys1rust engines, each in-process and over HTTP (phase_engine).
+phase_engines() {
+  ENGINE=sys1rust-cuda ENGINE_SERVE="$SYS1 serve --model $CKPT --engine cuda --port 0" \
+    ENGINE_BENCH="$SYS1 bench --model $CKPT --engine cuda" phase_engine
+  ENGINE=sys1rust-mlx ENGINE_SERVE="$SYS1 serve --model $CKPT --engine mlx --f16 --device gpu --port 0" \
+    ENGINE_BENCH="$SYS1 bench --model $CKPT --engine mlx --f16 --device gpu" phase_engine
 }
 
 phase_engine() {
