@@ -47,3 +47,75 @@ impl EngineError {
 pub trait Forward {
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError>;
 }
+
+/// Checks what every engine needs of its rows: tokens, at most `max_tokens` of them, ids
+/// inside a vocabulary of `vocab`, at least one marker, markers inside the row. The error is
+/// the first bad row's index and why.
+pub fn check_rows(rows: &[Row], vocab: usize, max_tokens: usize) -> Result<(), (usize, String)> {
+    for (i, r) in rows.iter().enumerate() {
+        if r.ids.is_empty() {
+            return Err((i, "no tokens".into()));
+        }
+        if r.ids.len() > max_tokens {
+            return Err((
+                i,
+                format!(
+                    "{} tokens is more than the {max_tokens} this engine runs",
+                    r.ids.len()
+                ),
+            ));
+        }
+        if r.markers.is_empty() {
+            return Err((i, "no option markers".into()));
+        }
+        if let Some(&m) = r.markers.iter().find(|&&m| m >= r.ids.len()) {
+            return Err((
+                i,
+                format!("marker {m} is outside its {} tokens", r.ids.len()),
+            ));
+        }
+        if let Some(&t) = r.ids.iter().find(|&&t| t as usize >= vocab) {
+            return Err((
+                i,
+                format!("token id {t} is outside the vocabulary of {vocab}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(ids: &[u32], markers: &[usize]) -> Row {
+        Row {
+            ids: ids.to_vec(),
+            markers: markers.to_vec(),
+            qtype: QType::Choice,
+        }
+    }
+
+    #[test]
+    fn check_rows_names_the_first_bad_row() {
+        assert_eq!(check_rows(&[row(&[1, 2], &[1])], 10, 8), Ok(()));
+        let bad = [row(&[1, 2], &[1]), row(&[1, 2, 3], &[3])];
+        assert_eq!(
+            check_rows(&bad, 10, 8),
+            Err((1, "marker 3 is outside its 3 tokens".into()))
+        );
+        assert_eq!(check_rows(&[row(&[], &[])], 10, 8).map_err(|e| e.0), Err(0));
+        assert_eq!(
+            check_rows(&[row(&[1], &[])], 10, 8).map_err(|e| e.1),
+            Err("no option markers".into())
+        );
+        assert_eq!(
+            check_rows(&[row(&[1, 12], &[0])], 10, 8).map_err(|e| e.1),
+            Err("token id 12 is outside the vocabulary of 10".into())
+        );
+        assert_eq!(
+            check_rows(&[row(&[1; 9], &[0])], 10, 8).map_err(|e| e.1),
+            Err("9 tokens is more than the 8 this engine runs".into())
+        );
+    }
+}

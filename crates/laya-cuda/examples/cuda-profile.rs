@@ -17,12 +17,20 @@ use laya_cuda::{CudaEngine, CudaSettings};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let dir = PathBuf::from(args.next().ok_or("usage: cuda-profile <checkpoint dir> [RxT ...]")?);
+    let dir = PathBuf::from(
+        args.next()
+            .ok_or("usage: cuda-profile <checkpoint dir> [RxT ...]")?,
+    );
     let mut shapes: Vec<String> = args.collect();
     if shapes.is_empty() {
-        shapes = ["1x80", "1x150", "1x600", "4x600", "10x600"].map(String::from).to_vec();
+        shapes = ["1x80", "1x150", "1x600", "4x600", "10x600"]
+            .map(String::from)
+            .to_vec();
     }
-    let iters: usize = std::env::var("ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    let iters: usize = std::env::var("ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
     let settings = CudaSettings {
         tune_gemms: std::env::var("TUNE").is_ok_and(|v| v == "1"),
         ..CudaSettings::default()

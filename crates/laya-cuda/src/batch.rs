@@ -191,12 +191,48 @@ mod tests {
 
     #[test]
     fn buckets_round_up_by_size_class() {
-        assert_eq!(Bucket::for_sizes(1, 1), Bucket { tokens: 64, selected: 16 });
-        assert_eq!(Bucket::for_sizes(150, 3), Bucket { tokens: 192, selected: 16 });
-        assert_eq!(Bucket::for_sizes(1024, 17), Bucket { tokens: 1024, selected: 32 });
-        assert_eq!(Bucket::for_sizes(1025, 300), Bucket { tokens: 1280, selected: 320 });
-        assert_eq!(Bucket::for_sizes(5900, 50), Bucket { tokens: 6144, selected: 64 });
-        assert_eq!(Bucket::for_sizes(9000, 2), Bucket { tokens: 9216, selected: 16 });
+        assert_eq!(
+            Bucket::for_sizes(1, 1),
+            Bucket {
+                tokens: 64,
+                selected: 16
+            }
+        );
+        assert_eq!(
+            Bucket::for_sizes(150, 3),
+            Bucket {
+                tokens: 192,
+                selected: 16
+            }
+        );
+        assert_eq!(
+            Bucket::for_sizes(1024, 17),
+            Bucket {
+                tokens: 1024,
+                selected: 32
+            }
+        );
+        assert_eq!(
+            Bucket::for_sizes(1025, 300),
+            Bucket {
+                tokens: 1280,
+                selected: 320
+            }
+        );
+        assert_eq!(
+            Bucket::for_sizes(5900, 50),
+            Bucket {
+                tokens: 6144,
+                selected: 64
+            }
+        );
+        assert_eq!(
+            Bucket::for_sizes(9000, 2),
+            Bucket {
+                tokens: 9216,
+                selected: 16
+            }
+        );
     }
 
     #[test]
@@ -206,8 +242,14 @@ mod tests {
         let mut w = vec![-7; b.words()];
         stage(&rows, b, &mut w);
         let o = b.offsets();
-        assert_eq!(&w[o.ids..o.ids + 9], &[100, 101, 102, 103, 104, 100, 101, 102, 0]);
-        assert_eq!(&w[o.key_start..o.key_start + 9], &[0, 0, 0, 0, 0, 5, 5, 5, 8]);
+        assert_eq!(
+            &w[o.ids..o.ids + 9],
+            &[100, 101, 102, 103, 104, 100, 101, 102, 0]
+        );
+        assert_eq!(
+            &w[o.key_start..o.key_start + 9],
+            &[0, 0, 0, 0, 0, 5, 5, 5, 8]
+        );
         assert_eq!(&w[o.key_end..o.key_end + 9], &[5, 5, 5, 5, 5, 8, 8, 8, 9]);
         assert_eq!(&w[o.pos..o.pos + 9], &[0, 1, 2, 3, 4, 0, 1, 2, 0]);
         assert_eq!(&w[o.qtype..o.qtype + 9], &[0, 0, 0, 0, 0, 2, 2, 2, 0]);
@@ -222,7 +264,11 @@ mod tests {
 
     #[test]
     fn query_tiles_start_at_each_row_and_every_64_tokens() {
-        let rows = [row(130, &[1], QType::Choice), row(64, &[1], QType::Choice), row(1, &[0], QType::Score)];
+        let rows = [
+            row(130, &[1], QType::Choice),
+            row(64, &[1], QType::Choice),
+            row(1, &[0], QType::Score),
+        ];
         let b = Bucket::for_sizes(195, 6);
         let mut w = vec![0; b.words()];
         stage(&rows, b, &mut w);

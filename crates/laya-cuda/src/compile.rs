@@ -38,24 +38,35 @@ fn nvrtc_check(r: nvrtc::nvrtcResult, what: &str) -> Result<(), CudaError> {
 pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: plain out-parameters.
-    nvrtc_check(unsafe { nvrtc::nvrtcVersion(&mut major, &mut minor) }, "nvrtcVersion")?;
+    nvrtc_check(
+        unsafe { nvrtc::nvrtcVersion(&mut major, &mut minor) },
+        "nvrtcVersion",
+    )?;
     Ok((major, minor))
 }
 
-/// The options NVRTC gets for compute capability `cc` (e.g. `(9, 0)`).
-fn options(cc: (i32, i32)) -> Vec<String> {
+/// The options NVRTC gets for compute capability `cc` (e.g. `(9, 0)`) and a model of hidden
+/// size `hidden`: the row kernels hold a row in registers, sized to the model
+/// (`LAYA_MAXC` 256-wide chunks), so they use no more registers than the row needs.
+fn options(cc: (i32, i32), hidden: usize) -> Vec<String> {
     vec![
         format!("--gpu-architecture=sm_{}{}", cc.0, cc.1),
+        format!("-DLAYA_MAXC={}", hidden.div_ceil(256).clamp(1, 8)),
         "--std=c++17".into(),
         // No --use_fast_math: erf, exp and division stay exact, as upstream's are.
         "-default-device".into(),
     ]
 }
 
-/// Compiles [`KERNELS`] for compute capability `cc`, through the cache in `cache_dir` when
-/// one is given (created if missing; a cache that cannot be written is only logged).
-pub fn compile(cc: (i32, i32), cache_dir: Option<&Path>) -> Result<Compiled, CudaError> {
-    let opts = options(cc);
+/// Compiles [`KERNELS`] for compute capability `cc` and hidden size `hidden`, through the
+/// cache in `cache_dir` when one is given (created if missing; a cache that cannot be
+/// written is only logged).
+pub fn compile(
+    cc: (i32, i32),
+    hidden: usize,
+    cache_dir: Option<&Path>,
+) -> Result<Compiled, CudaError> {
+    let opts = options(cc, hidden);
     let version = nvrtc_version()?;
     let mut h = Sha256::new();
     h.update(KERNELS.as_bytes());
@@ -133,16 +144,18 @@ pub fn nvrtc_compile(src: &str, opts: &[String]) -> Result<Vec<u8>, CudaError> {
             )))
         } else {
             let mut size = 0usize;
-            nvrtc_check(nvrtc::nvrtcGetCUBINSize(prog, &mut size), "nvrtcGetCUBINSize").and_then(
-                |_| {
-                    let mut image = vec![0u8; size];
-                    nvrtc_check(
-                        nvrtc::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut c_char),
-                        "nvrtcGetCUBIN",
-                    )
-                    .map(|_| image)
-                },
+            nvrtc_check(
+                nvrtc::nvrtcGetCUBINSize(prog, &mut size),
+                "nvrtcGetCUBINSize",
             )
+            .and_then(|_| {
+                let mut image = vec![0u8; size];
+                nvrtc_check(
+                    nvrtc::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut c_char),
+                    "nvrtcGetCUBIN",
+                )
+                .map(|_| image)
+            })
         };
         nvrtc::nvrtcDestroyProgram(&mut prog);
         result
@@ -152,7 +165,9 @@ pub fn nvrtc_compile(src: &str, opts: &[String]) -> Result<Vec<u8>, CudaError> {
 /// The compiler's log of `prog`.
 unsafe fn program_log(prog: nvrtc::nvrtcProgram) -> String {
     let mut size = 0usize;
-    if nvrtc::nvrtcGetProgramLogSize(prog, &mut size) != nvrtc::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+    if nvrtc::nvrtcGetProgramLogSize(prog, &mut size) != nvrtc::nvrtcResult::NVRTC_SUCCESS
+        || size == 0
+    {
         return String::new();
     }
     let mut buf = vec![0 as c_char; size];

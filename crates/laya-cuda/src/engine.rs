@@ -219,7 +219,11 @@ impl CudaEngine {
         check_supported(&config)?;
         let tensors = CheckpointTensors::open(dir, &config)?;
         let gpu = Gpu::open(settings.ordinal)?;
-        let compiled = compile::compile(gpu.cc, settings.kernel_cache.as_deref())?;
+        let compiled = compile::compile(
+            gpu.cc,
+            config.encoder.hidden_size,
+            settings.kernel_cache.as_deref(),
+        )?;
         let kernels = Kernels::load(Module::load(&compiled.image)?)?;
         let weights = Weights::load(&tensors, &config)?;
         let mut blas = Blas::new()?;
@@ -269,35 +273,12 @@ impl CudaEngine {
     }
 
     fn check_rows(&self, rows: &[Row]) -> Result<(), ForwardError> {
-        let vocab = self.config.encoder.vocab_size;
-        let max_len = self.weights.max_positions.min(self.settings.max_pass_tokens);
-        for (i, r) in rows.iter().enumerate() {
-            let invalid = |reason: String| ForwardError::InvalidRow { row: i, reason };
-            if r.ids.is_empty() {
-                return Err(invalid("no tokens".into()));
-            }
-            if r.ids.len() > max_len {
-                return Err(invalid(format!(
-                    "{} tokens is more than the {max_len} this engine runs",
-                    r.ids.len()
-                )));
-            }
-            if r.markers.is_empty() {
-                return Err(invalid("no option markers".into()));
-            }
-            if let Some(&m) = r.markers.iter().find(|&&m| m >= r.ids.len()) {
-                return Err(invalid(format!(
-                    "marker {m} is outside its {} tokens",
-                    r.ids.len()
-                )));
-            }
-            if let Some(&t) = r.ids.iter().find(|&&t| t as usize >= vocab) {
-                return Err(invalid(format!(
-                    "token id {t} is outside the vocabulary of {vocab}"
-                )));
-            }
-        }
-        Ok(())
+        let max = self
+            .weights
+            .max_positions
+            .min(self.settings.max_pass_tokens);
+        laya_core::engine::check_rows(rows, self.config.encoder.vocab_size, max)
+            .map_err(|(row, reason)| ForwardError::InvalidRow { row, reason })
     }
 
     /// Runs `rows` (each exactly its own tokens and markers) and returns their logits.
@@ -360,7 +341,11 @@ impl CudaEngine {
             self.config.agent.n_act,
             self.weights.act_hidden,
         )?);
-        tracing::debug!(tokens = cap.tokens, selected = cap.selected, "CUDA workspace sized");
+        tracing::debug!(
+            tokens = cap.tokens,
+            selected = cap.selected,
+            "CUDA workspace sized"
+        );
         Ok(())
     }
 
@@ -505,8 +490,39 @@ impl CudaEngine {
         let (ti, di, ii) = (t as i32, d as i32, inter as i32);
         let norm_grid = grid_for(t, NORM_ROWS_PER_BLOCK);
         let norm_block = (NORM_ROWS_PER_BLOCK * 32) as u32;
+        // y = f16(LayerNorm(x) · w (+ b)) over `rows` rows.
+        let norm16 = |x: u64, w: u64, b: u64, y: u64, rows: usize, eps: f32| {
+            Args::new()
+                .ptr(x)
+                .ptr(w)
+                .ptr(b)
+                .ptr(y)
+                .i32(rows as i32)
+                .i32(di)
+                .f32(eps)
+                .launch(
+                    k.norm_f16,
+                    grid_for(rows, NORM_ROWS_PER_BLOCK),
+                    norm_block,
+                    0,
+                    stream,
+                )
+        };
         let blas = &mut self.blas;
-        let mut gemm = |g: Gemm| -> Result<(), CudaError> { blas.run(&g, stream) };
+        // y (op)= x · wᵀ (+ bias) over `tokens` rows: see gemm::Gemm.
+        let mut gemm = |kind, tokens, out, inp, x, w, bias, y| -> Result<(), CudaError> {
+            let g = Gemm {
+                kind,
+                tokens,
+                out,
+                inp,
+                x,
+                w,
+                bias,
+                y,
+            };
+            blas.run(&g, stream)
+        };
         let mut mark = |label: &'static str| -> Result<(), CudaError> {
             if let Some(m) = marks.as_deref_mut() {
                 let ev = Event::new()?;
@@ -530,73 +546,81 @@ impl CudaEngine {
             .launch(k.embed_norm, norm_grid, norm_block, 0, stream)?;
         mark("embed + norm")?;
 
-        let attention = |q: u64, ld: usize, out: u64, rope: Option<&crate::weights::Rope>, window: i32| {
-            let (rc, rs) = rope.map_or((0, 0), |r| (r.cos.ptr(), r.sin.ptr()));
-            match self.settings.attention {
-                Attention::TensorCore => {
-                    if rope.is_some() {
+        let attention =
+            |q: u64, ld: usize, out: u64, rope: Option<&crate::weights::Rope>, window: i32| {
+                let (rc, rs) = rope.map_or((0, 0), |r| (r.cos.ptr(), r.sin.ptr()));
+                match self.settings.attention {
+                    Attention::TensorCore => {
+                        if rope.is_some() {
+                            Args::new()
+                                .ptr(q)
+                                .i32(ld as i32)
+                                .i32(di)
+                                .ptr(meta(o.pos))
+                                .ptr(rc)
+                                .ptr(rs)
+                                .i32(ti)
+                                .i32(heads as i32)
+                                .launch(k.rope_qk, grid_for(t * heads * 8, 256), 256, 0, stream)?;
+                        }
                         Args::new()
                             .ptr(q)
+                            .ptr(q + (d * 2) as u64)
+                            .ptr(q + (2 * d * 2) as u64)
                             .i32(ld as i32)
+                            .ptr(out)
                             .i32(di)
-                            .ptr(meta(o.pos))
-                            .ptr(rc)
-                            .ptr(rs)
-                            .i32(ti)
-                            .i32(heads as i32)
-                            .launch(k.rope_qk, grid_for(t * heads * 8, 256), 256, 0, stream)?;
+                            .ptr(meta(o.tiles))
+                            .ptr(meta(o.key_start))
+                            .ptr(meta(o.key_end))
+                            .i32(window)
+                            .f32(scale)
+                            .launch(
+                                k.attention_mma,
+                                (b.max_tiles() as u32, heads as u32, 1),
+                                128,
+                                0,
+                                stream,
+                            )
                     }
-                    Args::new()
+                    Attention::Rows => Args::new()
                         .ptr(q)
+                        .i32(ld as i32)
+                        .ptr(0)
                         .ptr(q + (d * 2) as u64)
                         .ptr(q + (2 * d * 2) as u64)
                         .i32(ld as i32)
                         .ptr(out)
                         .i32(di)
-                        .ptr(meta(o.tiles))
                         .ptr(meta(o.key_start))
                         .ptr(meta(o.key_end))
+                        .ptr(meta(o.pos))
+                        .ptr(rc)
+                        .ptr(rs)
                         .i32(window)
+                        .i32(ti)
+                        .i32(heads as i32)
                         .f32(scale)
-                        .launch(k.attention_mma, (b.max_tiles() as u32, heads as u32, 1), 128, 0, stream)
+                        .launch(k.attention_rows, ((t * heads) as u32, 1, 1), 128, 0, stream),
                 }
-                Attention::Rows => Args::new()
-                    .ptr(q)
-                    .i32(ld as i32)
-                    .ptr(0)
-                    .ptr(q + (d * 2) as u64)
-                    .ptr(q + (2 * d * 2) as u64)
-                    .i32(ld as i32)
-                    .ptr(out)
-                    .i32(di)
-                    .ptr(meta(o.key_start))
-                    .ptr(meta(o.key_end))
-                    .ptr(meta(o.pos))
-                    .ptr(rc)
-                    .ptr(rs)
-                    .i32(window)
-                    .i32(ti)
-                    .i32(heads as i32)
-                    .f32(scale)
-                    .launch(k.attention_rows, ((t * heads) as u32, 1, 1), 128, 0, stream),
-            }
-        };
+            };
 
         let half_window = e.half_window() as i32;
         for layer in &w.layers {
             if let Some(norm) = &layer.attn_norm {
-                Args::new()
-                    .ptr(work.x.ptr())
-                    .ptr(norm.ptr())
-                    .ptr(0)
-                    .ptr(work.a.ptr())
-                    .i32(ti)
-                    .i32(di)
-                    .f32(eps)
-                    .launch(k.norm_f16, norm_grid, norm_block, 0, stream)?;
+                norm16(work.x.ptr(), norm.ptr(), 0, work.a.ptr(), t, eps)?;
                 mark("norm")?;
             }
-            gemm(Gemm { kind: Kind::Half, tokens: t, out: 3 * d, inp: d, x: work.a.ptr(), w: layer.wqkv.ptr(), bias: 0, y: work.qkv.ptr() })?;
+            gemm(
+                Kind::Half,
+                t,
+                3 * d,
+                d,
+                work.a.ptr(),
+                layer.wqkv.ptr(),
+                0,
+                work.qkv.ptr(),
+            )?;
             mark("gemm qkv")?;
             let (rope, window) = if layer.sliding {
                 (&w.rope_local, half_window)
@@ -604,20 +628,34 @@ impl CudaEngine {
                 (&w.rope_global, -1)
             };
             attention(work.qkv.ptr(), 3 * d, work.att.ptr(), Some(rope), window)?;
-            mark(if layer.sliding { "attention sliding" } else { "attention global" })?;
-            gemm(Gemm { kind: Kind::Residual, tokens: t, out: d, inp: d, x: work.att.ptr(), w: layer.wo.ptr(), bias: 0, y: work.x.ptr() })?;
+            mark(if layer.sliding {
+                "attention sliding"
+            } else {
+                "attention global"
+            })?;
+            gemm(
+                Kind::Residual,
+                t,
+                d,
+                d,
+                work.att.ptr(),
+                layer.wo.ptr(),
+                0,
+                work.x.ptr(),
+            )?;
             mark("gemm o + residual")?;
-            Args::new()
-                .ptr(work.x.ptr())
-                .ptr(layer.mlp_norm.ptr())
-                .ptr(0)
-                .ptr(work.a.ptr())
-                .i32(ti)
-                .i32(di)
-                .f32(eps)
-                .launch(k.norm_f16, norm_grid, norm_block, 0, stream)?;
+            norm16(work.x.ptr(), layer.mlp_norm.ptr(), 0, work.a.ptr(), t, eps)?;
             mark("norm")?;
-            gemm(Gemm { kind: Kind::Half, tokens: t, out: 2 * inter, inp: d, x: work.a.ptr(), w: layer.wi.ptr(), bias: 0, y: work.wide.ptr() })?;
+            gemm(
+                Kind::Half,
+                t,
+                2 * inter,
+                d,
+                work.a.ptr(),
+                layer.wi.ptr(),
+                0,
+                work.wide.ptr(),
+            )?;
             mark("gemm wi")?;
             Args::new()
                 .ptr(work.wide.ptr())
@@ -626,7 +664,16 @@ impl CudaEngine {
                 .i32(ii)
                 .launch(k.geglu, grid_for(t * inter / 8, 256), 256, 0, stream)?;
             mark("geglu")?;
-            gemm(Gemm { kind: Kind::Residual, tokens: t, out: d, inp: inter, x: work.g.ptr(), w: layer.wo_mlp.ptr(), bias: 0, y: work.x.ptr() })?;
+            gemm(
+                Kind::Residual,
+                t,
+                d,
+                inter,
+                work.g.ptr(),
+                layer.wo_mlp.ptr(),
+                0,
+                work.x.ptr(),
+            )?;
             mark("gemm wo + residual")?;
         }
 
@@ -654,36 +701,70 @@ impl CudaEngine {
         let n_head = w.head.len();
         for (j, hl) in w.head.iter().enumerate() {
             if j + 1 < n_head {
-                gemm(Gemm { kind: Kind::HalfBias, tokens: t, out: 3 * d, inp: d, x: work.a.ptr(), w: hl.in_w.ptr(), bias: hl.in_b.ptr(), y: work.qkv.ptr() })?;
+                gemm(
+                    Kind::HalfBias,
+                    t,
+                    3 * d,
+                    d,
+                    work.a.ptr(),
+                    hl.in_w.ptr(),
+                    hl.in_b.ptr(),
+                    work.qkv.ptr(),
+                )?;
                 mark("head gemm qkv")?;
                 attention(work.qkv.ptr(), 3 * d, work.att.ptr(), None, -1)?;
                 mark("head attention")?;
-                gemm(Gemm { kind: Kind::ResidualBias, tokens: t, out: d, inp: d, x: work.att.ptr(), w: hl.out_w.ptr(), bias: hl.out_b.ptr(), y: work.h.ptr() })?;
+                gemm(
+                    Kind::ResidualBias,
+                    t,
+                    d,
+                    d,
+                    work.att.ptr(),
+                    hl.out_w.ptr(),
+                    hl.out_b.ptr(),
+                    work.h.ptr(),
+                )?;
                 mark("head gemm o + residual")?;
-                Args::new()
-                    .ptr(work.h.ptr())
-                    .ptr(hl.norm2_w.ptr())
-                    .ptr(hl.norm2_b.ptr())
-                    .ptr(work.a.ptr())
-                    .i32(ti)
-                    .i32(di)
-                    .f32(HEAD_NORM_EPS)
-                    .launch(k.norm_f16, norm_grid, norm_block, 0, stream)?;
+                norm16(
+                    work.h.ptr(),
+                    hl.norm2_w.ptr(),
+                    hl.norm2_b.ptr(),
+                    work.a.ptr(),
+                    t,
+                    HEAD_NORM_EPS,
+                )?;
                 mark("head norm")?;
-                gemm(Gemm { kind: Kind::HalfReluBias, tokens: t, out: 4 * d, inp: d, x: work.a.ptr(), w: hl.l1_w.ptr(), bias: hl.l1_b.ptr(), y: work.wide.ptr() })?;
+                gemm(
+                    Kind::HalfReluBias,
+                    t,
+                    4 * d,
+                    d,
+                    work.a.ptr(),
+                    hl.l1_w.ptr(),
+                    hl.l1_b.ptr(),
+                    work.wide.ptr(),
+                )?;
                 mark("head gemm linear1")?;
-                gemm(Gemm { kind: Kind::ResidualBias, tokens: t, out: d, inp: 4 * d, x: work.wide.ptr(), w: hl.l2_w.ptr(), bias: hl.l2_b.ptr(), y: work.h.ptr() })?;
+                gemm(
+                    Kind::ResidualBias,
+                    t,
+                    d,
+                    4 * d,
+                    work.wide.ptr(),
+                    hl.l2_w.ptr(),
+                    hl.l2_b.ptr(),
+                    work.h.ptr(),
+                )?;
                 mark("head gemm linear2")?;
                 let next = &w.head[j + 1];
-                Args::new()
-                    .ptr(work.h.ptr())
-                    .ptr(next.norm1_w.ptr())
-                    .ptr(next.norm1_b.ptr())
-                    .ptr(work.a.ptr())
-                    .i32(ti)
-                    .i32(di)
-                    .f32(HEAD_NORM_EPS)
-                    .launch(k.norm_f16, norm_grid, norm_block, 0, stream)?;
+                norm16(
+                    work.h.ptr(),
+                    next.norm1_w.ptr(),
+                    next.norm1_b.ptr(),
+                    work.a.ptr(),
+                    t,
+                    HEAD_NORM_EPS,
+                )?;
                 mark("head norm")?;
                 continue;
             }
@@ -691,7 +772,16 @@ impl CudaEngine {
             // positions (nothing else is read).
             let si = s as i32;
             let sel_grid = grid_for(s, NORM_ROWS_PER_BLOCK);
-            gemm(Gemm { kind: Kind::HalfBias, tokens: t, out: 2 * d, inp: d, x: work.a.ptr(), w: hl.in_w.at(d * d * 2), bias: hl.in_b.at(d * 2), y: work.qkv.ptr() })?;
+            gemm(
+                Kind::HalfBias,
+                t,
+                2 * d,
+                d,
+                work.a.ptr(),
+                hl.in_w.at(d * d * 2),
+                hl.in_b.at(d * 2),
+                work.qkv.ptr(),
+            )?;
             mark("head gemm kv")?;
             Args::new()
                 .ptr(work.h.ptr())
@@ -705,7 +795,16 @@ impl CudaEngine {
                 .f32(HEAD_NORM_EPS)
                 .launch(k.gather_norm, sel_grid, norm_block, 0, stream)?;
             mark("head gather + norm1")?;
-            gemm(Gemm { kind: Kind::HalfBias, tokens: s, out: d, inp: d, x: work.a_s.ptr(), w: hl.in_w.ptr(), bias: hl.in_b.ptr(), y: work.q_s.ptr() })?;
+            gemm(
+                Kind::HalfBias,
+                s,
+                d,
+                d,
+                work.a_s.ptr(),
+                hl.in_w.ptr(),
+                hl.in_b.ptr(),
+                work.q_s.ptr(),
+            )?;
             mark("head gemm q (selected)")?;
             Args::new()
                 .ptr(work.q_s.ptr())
@@ -727,21 +826,47 @@ impl CudaEngine {
                 .f32(scale)
                 .launch(k.attention_rows, ((s * heads) as u32, 1, 1), 128, 0, stream)?;
             mark("head attention (selected)")?;
-            gemm(Gemm { kind: Kind::ResidualBias, tokens: s, out: d, inp: d, x: work.att_s.ptr(), w: hl.out_w.ptr(), bias: hl.out_b.ptr(), y: work.hs.ptr() })?;
+            gemm(
+                Kind::ResidualBias,
+                s,
+                d,
+                d,
+                work.att_s.ptr(),
+                hl.out_w.ptr(),
+                hl.out_b.ptr(),
+                work.hs.ptr(),
+            )?;
             mark("head gemm o (selected)")?;
-            Args::new()
-                .ptr(work.hs.ptr())
-                .ptr(hl.norm2_w.ptr())
-                .ptr(hl.norm2_b.ptr())
-                .ptr(work.a_s.ptr())
-                .i32(si)
-                .i32(di)
-                .f32(HEAD_NORM_EPS)
-                .launch(k.norm_f16, sel_grid, norm_block, 0, stream)?;
+            norm16(
+                work.hs.ptr(),
+                hl.norm2_w.ptr(),
+                hl.norm2_b.ptr(),
+                work.a_s.ptr(),
+                s,
+                HEAD_NORM_EPS,
+            )?;
             mark("head norm2 (selected)")?;
-            gemm(Gemm { kind: Kind::HalfReluBias, tokens: s, out: 4 * d, inp: d, x: work.a_s.ptr(), w: hl.l1_w.ptr(), bias: hl.l1_b.ptr(), y: work.wide_s.ptr() })?;
+            gemm(
+                Kind::HalfReluBias,
+                s,
+                4 * d,
+                d,
+                work.a_s.ptr(),
+                hl.l1_w.ptr(),
+                hl.l1_b.ptr(),
+                work.wide_s.ptr(),
+            )?;
             mark("head gemm linear1 (selected)")?;
-            gemm(Gemm { kind: Kind::ResidualBias, tokens: s, out: d, inp: 4 * d, x: work.wide_s.ptr(), w: hl.l2_w.ptr(), bias: hl.l2_b.ptr(), y: work.hs.ptr() })?;
+            gemm(
+                Kind::ResidualBias,
+                s,
+                d,
+                4 * d,
+                work.wide_s.ptr(),
+                hl.l2_w.ptr(),
+                hl.l2_b.ptr(),
+                work.hs.ptr(),
+            )?;
             mark("head gemm linear2 (selected)")?;
 
             // Scorer (f32) at every selected position, then the act head per row.
@@ -755,7 +880,16 @@ impl CudaEngine {
                 .f32(HEAD_NORM_EPS)
                 .launch(k.norm_f32, sel_grid, norm_block, 0, stream)?;
             mark("scorer norm")?;
-            gemm(Gemm { kind: Kind::FullBias, tokens: s, out: d, inp: d, x: work.z.ptr(), w: w.scorer_w1.ptr(), bias: w.scorer_b1.ptr(), y: work.u.ptr() })?;
+            gemm(
+                Kind::FullBias,
+                s,
+                d,
+                d,
+                work.z.ptr(),
+                w.scorer_w1.ptr(),
+                w.scorer_b1.ptr(),
+                work.u.ptr(),
+            )?;
             mark("scorer gemm")?;
             Args::new()
                 .ptr(work.u.ptr())
@@ -796,7 +930,12 @@ impl CudaEngine {
                 .launch(k.act_out, grid_for(b.max_rows() * n_act, 8), 256, 0, stream)?;
             mark("act head")?;
         }
-        copy_out(&work.out_host, work.out.ptr(), b.outputs(self.config.agent.n_act) * 4, stream)?;
+        copy_out(
+            &work.out_host,
+            work.out.ptr(),
+            b.outputs(self.config.agent.n_act) * 4,
+            stream,
+        )?;
         mark("copy out")?;
         Ok(())
     }
@@ -828,14 +967,23 @@ fn no_workspace() -> CudaError {
 fn check_supported(cfg: &CheckpointConfig) -> Result<(), LoadError> {
     let e = &cfg.encoder;
     let bad = |why: String| Err(LoadError::Unsupported(why));
-    if e.head_dim() != 64 || e.hidden_size % e.num_attention_heads != 0 {
-        return bad(format!("attention heads of {} dims (64 needed)", e.head_dim()));
+    if e.head_dim() != 64 || e.hidden_size.checked_rem(e.num_attention_heads) != Some(0) {
+        return bad(format!(
+            "attention heads of {} dims (64 needed)",
+            e.head_dim()
+        ));
     }
-    if e.hidden_size % 8 != 0 || e.hidden_size > 2048 {
-        return bad(format!("hidden size {} (a multiple of 8, at most 2048)", e.hidden_size));
+    if e.hidden_size.checked_rem(8) != Some(0) || e.hidden_size > 2048 {
+        return bad(format!(
+            "hidden size {} (a multiple of 8, at most 2048)",
+            e.hidden_size
+        ));
     }
-    if e.intermediate_size % 8 != 0 {
-        return bad(format!("intermediate size {} (a multiple of 8)", e.intermediate_size));
+    if e.intermediate_size.checked_rem(8) != Some(0) {
+        return bad(format!(
+            "intermediate size {} (a multiple of 8)",
+            e.intermediate_size
+        ));
     }
     if laya_core::checkpoint::head_heads(e.hidden_size) * 64 != e.hidden_size {
         return bad("decision-head heads are not 64 wide".into());

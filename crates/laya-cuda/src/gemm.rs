@@ -115,7 +115,9 @@ pub struct Blas {
 
 impl std::fmt::Debug for Blas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Blas").field("plans", &self.plans.len()).finish()
+        f.debug_struct("Blas")
+            .field("plans", &self.plans.len())
+            .finish()
     }
 }
 
@@ -270,7 +272,9 @@ impl Blas {
             source: lt::CublasError(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED),
         })?;
         plan.algo = match timed {
-            Some((g, stream)) if candidates.len() > 1 => self.fastest(&plan, &candidates, g, stream)?,
+            Some((g, stream)) if candidates.len() > 1 => {
+                self.fastest(&plan, &candidates, g, stream)?
+            }
             _ => first,
         };
         tracing::trace!(?s, "GEMM planned");
@@ -286,9 +290,16 @@ impl Blas {
         g: &Gemm,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<sys::cublasLtMatmulAlgo_t, CudaError> {
-        let elem = if g.kind.out_type() == sys::cudaDataType::CUDA_R_16F { 2 } else { 4 };
+        let elem = if g.kind.out_type() == sys::cudaDataType::CUDA_R_16F {
+            2
+        } else {
+            4
+        };
         let scratch = DeviceBuf::alloc(g.tokens * g.out * elem)?;
-        let probe = Gemm { y: scratch.ptr(), ..*g };
+        let probe = Gemm {
+            y: scratch.ptr(),
+            ..*g
+        };
         let (start, end) = (Event::new()?, Event::new()?);
         let mut best: Option<(f32, sys::cublasLtMatmulAlgo_t)> = None;
         for algo in candidates {
@@ -319,7 +330,11 @@ impl Blas {
     }
 
     /// Queues one GEMM on `stream`.
-    pub fn run(&mut self, g: &Gemm, stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
+    pub fn run(
+        &mut self,
+        g: &Gemm,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), CudaError> {
         let shape = Shape {
             tokens: g.tokens,
             out: g.out,

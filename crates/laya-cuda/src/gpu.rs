@@ -126,7 +126,9 @@ impl Gpu {
             )));
         }
         let ctx = CudaContext::new(ordinal).map_err(drv("creating the context"))?;
-        let cc = ctx.compute_capability().map_err(drv("compute capability"))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(drv("compute capability"))?;
         if cc.0 < 8 {
             return Err(CudaError::Unavailable(format!(
                 "compute capability {}.{} is below the 8.0 these kernels need",
@@ -146,7 +148,9 @@ impl Gpu {
 
     /// Makes this GPU's context current on the calling thread.
     pub fn bind(&self) -> Result<(), CudaError> {
-        self.ctx.bind_to_thread().map_err(drv("binding the context"))
+        self.ctx
+            .bind_to_thread()
+            .map_err(drv("binding the context"))
     }
 
     /// The engine's stream.
@@ -158,11 +162,6 @@ impl Gpu {
     pub fn sync(&self) -> Result<(), CudaError> {
         // SAFETY: the stream is alive while `self` is.
         unsafe { result::stream::synchronize(self.stream) }.map_err(drv("cuStreamSynchronize"))
-    }
-
-    /// Free and total device memory in bytes.
-    pub fn memory(&self) -> Result<(usize, usize), CudaError> {
-        result::mem_get_info().map_err(drv("cuMemGetInfo"))
     }
 }
 
@@ -255,11 +254,6 @@ impl PinnedBuf {
         Ok(PinnedBuf { ptr, bytes })
     }
 
-    /// The host address as the driver takes it.
-    pub fn host_ptr(&self) -> *mut c_void {
-        self.ptr as *mut c_void
-    }
-
     /// The memory as `i32`s (the engine's staging layout is 4-byte words).
     pub fn words_mut(&mut self) -> &mut [i32] {
         // SAFETY: the allocation is page-aligned and `bytes` long; `&mut self` makes it unique.
@@ -301,7 +295,8 @@ impl Module {
     pub fn function(&self, name: &str) -> Result<sys::CUfunction, CudaError> {
         let cname = CString::new(name).map_err(|_| CudaError::Compile(format!("kernel {name}")))?;
         // SAFETY: the module is loaded.
-        unsafe { result::module::get_function(self.module, cname) }.map_err(drv("cuModuleGetFunction"))
+        unsafe { result::module::get_function(self.module, cname) }
+            .map_err(drv("cuModuleGetFunction"))
     }
 }
 
@@ -389,7 +384,8 @@ impl Graph {
     /// Ends the capture and instantiates it.
     pub fn end(stream: sys::CUstream) -> Result<Graph, CudaError> {
         // SAFETY: a stream in capture mode.
-        let graph = unsafe { result::stream::end_capture(stream) }.map_err(drv("cuStreamEndCapture"))?;
+        let graph =
+            unsafe { result::stream::end_capture(stream) }.map_err(drv("cuStreamEndCapture"))?;
         // SAFETY: a graph just captured.
         let exec = unsafe {
             result::graph::instantiate(
@@ -442,7 +438,12 @@ impl Drop for Graph {
 }
 
 /// Queues a host-to-device copy of `bytes` from pinned memory.
-pub fn copy_in(dst: u64, src: &PinnedBuf, bytes: usize, stream: sys::CUstream) -> Result<(), CudaError> {
+pub fn copy_in(
+    dst: u64,
+    src: &PinnedBuf,
+    bytes: usize,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
     debug_assert!(bytes <= src.bytes);
     // SAFETY: pinned source of at least `bytes`; the destination is the engine's buffer.
     unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.ptr as *const c_void, bytes, stream) }
@@ -451,7 +452,12 @@ pub fn copy_in(dst: u64, src: &PinnedBuf, bytes: usize, stream: sys::CUstream) -
 }
 
 /// Queues a device-to-host copy of `bytes` into pinned memory.
-pub fn copy_out(dst: &PinnedBuf, src: u64, bytes: usize, stream: sys::CUstream) -> Result<(), CudaError> {
+pub fn copy_out(
+    dst: &PinnedBuf,
+    src: u64,
+    bytes: usize,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
     debug_assert!(bytes <= dst.bytes);
     // SAFETY: pinned destination of at least `bytes`.
     unsafe { sys::cuMemcpyDtoHAsync_v2(dst.ptr as *mut c_void, src, bytes, stream) }

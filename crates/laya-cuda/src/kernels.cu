@@ -43,7 +43,11 @@ __device__ __forceinline__ float gelu_erf(float x) {
 // consecutive values of every 256-wide chunk, so loads are 16-byte and coalesced. A chunk
 // past the row's end (d = 128: lanes 16-31) holds zeros and adds nothing to the statistics.
 
-#define MAXC 8
+// Chunks a row register array holds: set per model by compile.rs (hidden ≤ 256·LAYA_MAXC).
+#ifndef LAYA_MAXC
+#define LAYA_MAXC 8
+#endif
+#define MAXC LAYA_MAXC
 #define LIVE(c) ((c) < nc && (c) * 256 + lane * 8 < d)
 
 __device__ __forceinline__ void load_row_f32(const float* __restrict__ src, int d, int nc, int lane, float* v) {

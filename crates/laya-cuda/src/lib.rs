@@ -18,12 +18,17 @@ pub mod batch;
 pub mod compile;
 pub mod engine;
 pub mod error;
-pub mod gemm;
-pub mod gpu;
+mod gemm;
+mod gpu;
 pub mod weights;
 
 pub use engine::{Attention, CudaEngine, CudaSettings, Stats};
 pub use error::{CudaError, ForwardError, LoadError};
+
+/// Opens the CUDA driver, NVRTC and cuBLASLt, or says which is missing (never panics).
+pub fn load_libraries() -> Result<(), CudaError> {
+    gpu::load_libraries()
+}
 
 /// Whether this machine can run the engine: the CUDA libraries load and GPU `ordinal` exists
 /// with compute capability 8.0 or newer. The reason when not.

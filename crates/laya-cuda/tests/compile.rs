@@ -4,7 +4,7 @@
 use laya_cuda::compile::{compile, KERNELS};
 
 fn nvrtc() -> bool {
-    if laya_cuda::gpu::load_libraries().is_ok() {
+    if laya_cuda::load_libraries().is_ok() {
         return true;
     }
     // SAFETY: only tries to dlopen the library.
@@ -20,16 +20,30 @@ fn kernels_compile_for_ampere_and_hopper() {
     if !nvrtc() {
         return;
     }
-    for cc in [(8, 0), (9, 0)] {
-        let dir = std::env::temp_dir().join(format!("laya-cuda-compile-test-{}", std::process::id()));
-        let first = compile(cc, Some(&dir)).unwrap_or_else(|e| panic!("sm_{}{}: {e}", cc.0, cc.1));
-        assert!(!first.cached && first.image.len() > 1000, "a cubin came out");
-        let again = compile(cc, Some(&dir)).expect("cached");
+    for (cc, hidden) in [((8, 0), 768), ((9, 0), 1024), ((9, 0), 128)] {
+        let dir =
+            std::env::temp_dir().join(format!("laya-cuda-compile-test-{}", std::process::id()));
+        let first = compile(cc, hidden, Some(&dir))
+            .unwrap_or_else(|e| panic!("sm_{}{} hidden {hidden}: {e}", cc.0, cc.1));
+        assert!(
+            !first.cached && first.image.len() > 1000,
+            "a cubin came out"
+        );
+        let again = compile(cc, hidden, Some(&dir)).expect("cached");
         assert!(again.cached, "the second compile reads the cache");
         assert_eq!(again.image, first.image);
         let _ = std::fs::remove_dir_all(&dir);
     }
-    for name in ["embed_norm", "attention_mma", "attention_rows", "act_hidden", "act_out"] {
-        assert!(KERNELS.contains(&format!("void {name}(")) || KERNELS.contains(&format!("\n{name}(")), "{name}");
+    for name in [
+        "embed_norm",
+        "attention_mma",
+        "attention_rows",
+        "act_hidden",
+        "act_out",
+    ] {
+        assert!(
+            KERNELS.contains(&format!("void {name}(")) || KERNELS.contains(&format!("\n{name}(")),
+            "{name}"
+        );
     }
 }

@@ -86,7 +86,11 @@ fn f16_answers_within_tolerance() {
             }
         }
         println!("cuda f16 {ckpt}: {}", stats.summary());
-        assert!(stats.answers > 300, "{ckpt}: only {} answers compared", stats.answers);
+        assert!(
+            stats.answers > 300,
+            "{ckpt}: only {} answers compared",
+            stats.answers
+        );
     }
 }
 
@@ -135,7 +139,10 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             let first = graphs.forward.run(rows).expect("forward");
             let second = graphs.forward.run(rows).expect("forward");
             let third = graphs.forward.run(rows).expect("forward");
-            assert_eq!(first, second, "{ckpt} pass {i}: eager first run vs graph replay");
+            assert_eq!(
+                first, second,
+                "{ckpt} pass {i}: eager first run vs graph replay"
+            );
             assert_eq!(second, third, "{ckpt} pass {i}: replay vs replay");
             let plain = eager.forward.run(rows).expect("forward");
             assert_eq!(first, plain, "{ckpt} pass {i}: graphs vs no graphs");
@@ -159,7 +166,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn below(&mut self, n: usize) -> usize {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((self.0 >> 33) % n as u64) as usize
     }
 }
@@ -218,7 +228,8 @@ fn batch_mates_do_not_change_answers() {
     // The benchmark's checkpoint shape (ModernBERT-large), where GEMMs of different token
     // counts run different cuBLASLt kernels: `LAYA_CUDA_LARGE=<checkpoint dir>`.
     if let Some(dir) = std::env::var_os("LAYA_CUDA_LARGE") {
-        let mut e = CudaEngine::load(std::path::Path::new(&dir), &CudaSettings::default()).expect("large loads");
+        let mut e = CudaEngine::load(std::path::Path::new(&dir), &CudaSettings::default())
+            .expect("large loads");
         let mut rng = Lcg(11);
         let passes: Vec<Vec<Row>> = (0..40)
             .map(|_| {
@@ -226,7 +237,9 @@ fn batch_mates_do_not_change_answers() {
                     .map(|_| {
                         let len = 8 + rng.below(700);
                         Row {
-                            ids: (0..len).map(|j| (1000 + (j * 7919) % 40000) as u32).collect(),
+                            ids: (0..len)
+                                .map(|j| (1000 + (j * 7919) % 40000) as u32)
+                                .collect(),
                             markers: (1..=(1 + rng.below(6)).min(len - 1)).collect(),
                             qtype: laya_core::config::QType::Choice,
                         }

@@ -200,31 +200,9 @@ impl MlxEngine {
     }
 
     fn check_rows(&self, rows: &[Row]) -> Result<(), ForwardError> {
-        let vocab = self.encoder.vocab_size();
-        for (i, r) in rows.iter().enumerate() {
-            let invalid = |reason: String| ForwardError::InvalidRow { row: i, reason };
-            if r.ids.is_empty() {
-                return Err(invalid("no tokens".into()));
-            }
-            if r.ids.len() > i32::MAX as usize / 4 {
-                return Err(invalid(format!("{} tokens is too many", r.ids.len())));
-            }
-            if r.markers.is_empty() {
-                return Err(invalid("no option markers".into()));
-            }
-            if let Some(&m) = r.markers.iter().find(|&&m| m >= r.ids.len()) {
-                return Err(invalid(format!(
-                    "marker {m} is outside its {} tokens",
-                    r.ids.len()
-                )));
-            }
-            if let Some(&t) = r.ids.iter().find(|&&t| t as usize >= vocab) {
-                return Err(invalid(format!(
-                    "token id {t} is outside the vocabulary of {vocab}"
-                )));
-            }
-        }
-        Ok(())
+        // MLX indexes with i32; four arrays of a row's length must fit.
+        laya_core::engine::check_rows(rows, self.encoder.vocab_size(), i32::MAX as usize / 4)
+            .map_err(|(row, reason)| ForwardError::InvalidRow { row, reason })
     }
 
     /// [`MlxEngine::run`] with a look at the encoder's residual stream after the embeddings

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub use laya_core::checkpoint::{expected_tensors, head_heads, TensorSpec};
-use laya_core::checkpoint::CheckpointTensors;
+use laya_core::checkpoint::{CheckpointTensors, TensorError};
 use laya_core::config::CheckpointConfig;
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
@@ -40,7 +40,7 @@ impl TensorStore {
         };
         // MLX loads files on the CPU only; the dtype conversion then runs on the target stream.
         let loaded = mlx_rs::with_stream(&Stream::cpu(), || Array::load_safetensors(&path))
-            .map_err(|e| LoadError::Format {
+            .map_err(|e| TensorError::Format {
                 path: path.clone(),
                 reason: e.to_string(),
             })?;
@@ -49,7 +49,7 @@ impl TensorStore {
             for spec in &expected {
                 let a = loaded
                     .get(&spec.name)
-                    .ok_or_else(|| LoadError::MissingTensor {
+                    .ok_or_else(|| TensorError::MissingTensor {
                         name: spec.name.clone(),
                     })?;
                 let target = if in_f32(&spec.name) {
@@ -69,11 +69,11 @@ impl TensorStore {
 
     /// Takes one tensor out of the store.
     pub fn take(&mut self, name: &str) -> Result<Array, LoadError> {
-        self.arrays
-            .remove(name)
-            .ok_or_else(|| LoadError::MissingTensor {
+        self.arrays.remove(name).ok_or_else(|| {
+            TensorError::MissingTensor {
                 name: name.to_owned(),
-            })
+            }
+            .into()
+        })
     }
 }
-

@@ -8,6 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use common::checkpoint;
+use laya_core::checkpoint::TensorError;
 use laya_mlx::{EngineSettings, LoadError, MlxEngine, Precision};
 use serde_json::{Map, Value};
 
@@ -84,7 +85,7 @@ fn a_missing_tensor_is_named() {
     );
     let e = t.load();
     assert!(
-        matches!(&e, LoadError::MissingTensor { name } if name == "encoder.layers.2.attn_norm.weight"),
+        matches!(&e, LoadError::Tensors(TensorError::MissingTensor { name }) if name == "encoder.layers.2.attn_norm.weight"),
         "{e}"
     );
 }
@@ -101,7 +102,7 @@ fn an_unexpected_tensor_is_named() {
     );
     let e = t.load();
     assert!(
-        matches!(&e, LoadError::UnexpectedTensor { name } if name == "encoder.layers.0.attn_norm.weight"),
+        matches!(&e, LoadError::Tensors(TensorError::UnexpectedTensor { name }) if name == "encoder.layers.0.attn_norm.weight"),
         "{e}"
     );
 }
@@ -115,7 +116,7 @@ fn a_wrong_shape_is_named() {
     );
     let e = t.load();
     assert!(
-        matches!(&e, LoadError::Shape { name, expected, found }
+        matches!(&e, LoadError::Tensors(TensorError::Shape { name, expected, found })
             if name == "type_emb.weight" && expected == &[3, 128] && found == &[128, 3]),
         "{e}"
     );
@@ -126,7 +127,10 @@ fn a_truncated_file_is_refused() {
     let full = file_len(&checkpoint("tiny").join("model.safetensors"));
     let t = Tampered::new("truncated", |_| {}, Some(full - 1000));
     let e = t.load();
-    assert!(matches!(&e, LoadError::Format { .. }), "{e}");
+    assert!(
+        matches!(&e, LoadError::Tensors(TensorError::Format { .. })),
+        "{e}"
+    );
     println!("{e}");
 }
 

@@ -22,7 +22,7 @@ pub enum EngineChoice {
 
 /// A loaded forward pass.
 pub enum AnyForward {
-    Mlx(laya_mlx::MlxEngine),
+    Mlx(Box<laya_mlx::MlxEngine>),
     Cuda(Box<laya_cuda::CudaEngine>),
 }
 
@@ -51,10 +51,13 @@ impl AnyForward {
             },
         };
         if use_cuda {
-            let engine = laya_cuda::CudaEngine::load(dir, cuda).context("starting the CUDA engine")?;
+            let engine =
+                laya_cuda::CudaEngine::load(dir, cuda).context("starting the CUDA engine")?;
             Ok(AnyForward::Cuda(Box::new(engine)))
         } else {
-            Ok(AnyForward::Mlx(laya_mlx::MlxEngine::load(dir, mlx)?))
+            Ok(AnyForward::Mlx(Box::new(laya_mlx::MlxEngine::load(
+                dir, mlx,
+            )?)))
         }
     }
 

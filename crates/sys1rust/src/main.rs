@@ -125,7 +125,9 @@ impl ModelArgs {
         if let Some(dir) = &self.cuda_kernel_cache {
             s.kernel_cache = Some(dir.clone());
         }
-        if std::env::var("SYS1_CUDA_GRAPHS").is_ok_and(|v| matches!(v.as_str(), "0" | "false" | "off")) {
+        if std::env::var("SYS1_CUDA_GRAPHS")
+            .is_ok_and(|v| matches!(v.as_str(), "0" | "false" | "off"))
+        {
             s.graphs = false;
         }
         if std::env::var("SYS1_CUDA_ATTENTION").is_ok_and(|v| v == "rows") {
@@ -160,7 +162,10 @@ impl ModelArgs {
     }
 
     /// Loads the engine from a resolved checkpoint directory.
-    pub fn load_dir(&self, dir: &Path) -> anyhow::Result<laya_core::engine_api::Engine<AnyForward>> {
+    pub fn load_dir(
+        &self,
+        dir: &Path,
+    ) -> anyhow::Result<laya_core::engine_api::Engine<AnyForward>> {
         let choice = self.engine_choice()?;
         let forward = AnyForward::load(
             dir,

@@ -101,10 +101,11 @@ pub struct ServeArgs {
     /// also runs while a connection waits for its next request).
     #[arg(long, env = "SYS1_KEEP_ALIVE_TIMEOUT", default_value_t = 5.0)]
     pub keep_alive_timeout: f64,
-    /// Persistent directory for MLX's compiled GPU kernels (MLX_PTX_CACHE_DIR), so a restarted
-    /// server skips the run-time compilation a first start pays (CUDA backend; default
-    /// $XDG_CACHE_HOME/sys1rust/mlx or ~/.cache/sys1rust/mlx). An exported MLX_PTX_CACHE_DIR
-    /// wins over the default, not over this option.
+    /// Persistent directory for compiled GPU kernels, so a restarted server skips the
+    /// run-time compilation a first start pays: MLX's (MLX_PTX_CACHE_DIR; default
+    /// $XDG_CACHE_HOME/sys1rust/mlx or ~/.cache/sys1rust/mlx; an exported MLX_PTX_CACHE_DIR
+    /// wins over the default, not over this option) and the CUDA engine's cubins (default
+    /// ~/.cache/sys1rust/kernels).
     #[arg(long, env = "SYS1_KERNEL_CACHE")]
     pub kernel_cache: Option<std::path::PathBuf>,
 }
