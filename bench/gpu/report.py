@@ -36,55 +36,63 @@ def cell(s, key="median_ms", p99="p99_ms"):
     return "%.2f / %.2f" % (s[key], s[p99])
 
 
+def ratio(a, b):
+    return "%.2fx" % (b["median_ms"] / a["median_ms"]) if a and b else "–"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("res")
-    ap.add_argument("--engine", default="sys1rust")
+    ap.add_argument("--engine", action="append",
+                    help="an engine's result name (repeatable; the first is the headline)")
     ap.add_argument("--commit", default="?")
     ap.add_argument("--command", default="bench/gpu/run.sh ...")
     args = ap.parse_args()
-    res, eng = args.res, args.engine
+    res = args.res
+    engines = args.engine or ["sys1rust"]
+    eng = engines[0]
 
-    inproc = load(res, "%s-inproc.json" % eng)
-    http = load(res, "%s-http.json" % eng)
+    inproc = {e: load(res, "%s-inproc.json" % e) for e in engines}
+    http = {e: load(res, "%s-http.json" % e) for e in engines}
     modes = [("cuda-stock", "upstream stock (autocast)"), ("cuda-fp16", "upstream fp16"),
              ("cuda-compile", "upstream compile")]
     ups = {m: load(res, "upstream-%s.json" % m) for m, _ in modes}
+    up_http = {m: load(res, "upstream-%s-http.json" % m) for m, _ in modes}
     cpu = load(res, "upstream-cpu-f32.json")
     out = []
     w = out.append
-    w("# GPU: %s (MLX CUDA backend, f16) vs upstream laya 0.4.15 on an NVIDIA H200\n" % eng)
+    w("# GPU: %s vs upstream laya 0.4.15 on an NVIDIA H200\n" % ", ".join(engines))
     w("Commit `%s`. Device-side harness: `%s`.\n" % (args.commit, args.command))
     mt = os.path.join(res, "machine.txt")
     if os.path.exists(mt):
         w("Machine (as read on the device):\n\n```\n%s```\n" % "".join(
-            l for l in open(mt) if not l.startswith(("total", "-", "d", "l")) or "libmlx" in l))
+            l for l in open(mt) if not l.startswith(("total", "-", "d", "l", "\t")) or "libmlx" in l))
     w("Workload: `shared/seed-workloads/smoke.jsonl` (12 sizes x 2 requests) on the `large` random "
       "checkpoint (typed-decisions configs, ModernBERT-large, seed 4242). Times are milliseconds per "
       "request, median / p99 over the runs after warm-up; in-process = routing-free engine call "
-      "(`sys1rust bench`, upstream `Agent.system_one`); HTTP = the server's X-Inference-Time-Ms.\n")
+      "(`sys1rust bench`: tokenization, forward and decoding; upstream `Agent.system_one`); HTTP = "
+      "the server's X-Inference-Time-Ms.\n")
 
-    # --- inference time
-    w("## Inference time per size (ms, median / p99)\n")
-    hdr = ["size", "tokens", "%s in-process" % eng, "%s HTTP (X-Inference-Time-Ms)" % eng, "%s HTTP wall" % eng]
-    hdr += [label for _, label in modes]
-    hdr += ["%s vs stock" % eng]
+    # --- inference time, in-process
+    w("## Inference time per size, in-process (ms, median / p99)\n")
+    hdr = ["size", "tokens"] + ["%s" % e for e in engines] + [label for _, label in modes]
+    hdr += ["%s vs stock" % eng, "vs fp16", "vs compile"]
     w("| " + " | ".join(hdr) + " |")
     w("|" + "---|" * len(hdr))
-    ip, hp = by_shape(inproc), by_shape(http)
+    ips = {e: by_shape(inproc[e]) for e in engines}
     us = {m: by_shape(r) for m, r in ups.items()}
     for sh in SHAPES:
+        ip = ips[eng]
         tokens = (ip.get(sh) or {}).get("input_tokens") or (us["cuda-stock"].get(sh) or {}).get("input_tokens") or "–"
-        row = [sh, str(tokens), cell(ip.get(sh)), cell(hp.get(sh)),
-               cell(hp.get(sh), "wall_median_ms", "wall_p99_ms")]
+        row = [sh, str(tokens)] + [cell(ips[e].get(sh)) for e in engines]
         row += [cell(us[m].get(sh)) for m, _ in modes]
-        a, b = ip.get(sh), us["cuda-stock"].get(sh)
-        row.append("%.2fx" % (b["median_ms"] / a["median_ms"]) if a and b else "–")
+        row += [ratio(ip.get(sh), us[m].get(sh)) for m, _ in modes]
         w("| " + " | ".join(row) + " |")
     w("")
     loads = []
-    if inproc:
-        loads.append("%s load %.0f ms" % (eng, inproc.get("load_ms", 0)))
+    for e in engines:
+        if inproc[e]:
+            loads.append("%s load %.0f ms" % (e, inproc[e].get("load_ms", 0)))
     for m, label in modes + [("cpu-f32", "upstream cpu-f32")]:
         r = ups.get(m) if m != "cpu-f32" else cpu
         if r:
@@ -95,14 +103,38 @@ def main():
             loads.append("%s: not run / no report" % label)
     w("Load: " + "; ".join(loads) + ".\n")
 
+    # --- inference time over HTTP
+    w("## Inference time per size over HTTP (X-Inference-Time-Ms, ms, median / p99)\n")
+    http_names = [(e, http[e]) for e in engines] + [("%s HTTP" % label, up_http[m]) for m, label in modes if up_http[m]]
+    hdr = ["size"] + [n for n, _ in http_names] + ["%s wall" % eng]
+    w("| " + " | ".join(hdr) + " |")
+    w("|" + "---|" * len(hdr))
+    for sh in SHAPES:
+        row = [sh] + [cell(by_shape(r).get(sh)) for _, r in http_names]
+        row.append(cell(by_shape(http[eng]).get(sh), "wall_median_ms", "wall_p99_ms"))
+        w("| " + " | ".join(row) + " |")
+    w("")
+
     # --- throughput
-    w("## Served throughput (%s over HTTP)\n" % eng)
-    if http and http.get("throughput"):
-        w("| workload:size | clients | req/s | wall p50 ms | wall p99 ms | errors |")
-        w("|---|---|---|---|---|---|")
-        for t in http["throughput"]:
-            w("| %s:%s | %d | %.1f | %.1f | %.1f | %d |" % (t["workload"], t["shape"], t["clients"], t["rps"],
-                                                         t["wall_p50_ms"] or 0, t["wall_p99_ms"] or 0, t["errors"]))
+    w("## Served throughput, 16 concurrent clients (req/s; wall p50 / p99 ms)\n")
+    if any(r and r.get("throughput") for _, r in http_names):
+        names = [n for n, r in http_names if r and r.get("throughput")]
+        w("| workload:size | " + " | ".join(names) + " |")
+        w("|---|" + "---|" * len(names))
+        keys = []
+        for _, r in http_names:
+            for t in (r or {}).get("throughput", []):
+                k = "%s:%s" % (t["workload"], t["shape"])
+                if k not in keys:
+                    keys.append(k)
+        for k in keys:
+            row = [k]
+            for n, r in http_names:
+                if not (r and r.get("throughput")):
+                    continue
+                t = next((t for t in r["throughput"] if "%s:%s" % (t["workload"], t["shape"]) == k), None)
+                row.append("%.1f (%.0f / %.0f)" % (t["rps"], t["wall_p50_ms"] or 0, t["wall_p99_ms"] or 0) if t else "–")
+            w("| " + " | ".join(row) + " |")
         w("")
     else:
         w("Not run.\n")
