@@ -69,8 +69,8 @@ impl Bucket {
             sel: 5 * t,
             row_sel: 5 * t + s,
             row_nmark: 5 * t + s + s / 2,
-            nrows: 5 * t + 2 * s,
-            tiles: 5 * t + 2 * s + 1,
+            nrows: 5 * t + s + 2 * (s / 2),
+            tiles: 5 * t + s + 2 * (s / 2) + 1,
         }
     }
 

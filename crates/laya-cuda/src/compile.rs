@@ -24,6 +24,21 @@ pub struct Compiled {
     pub image: Vec<u8>,
     /// Whether it came from the disk cache.
     pub cached: bool,
+    /// The cache file, when there is a cache.
+    pub path: Option<PathBuf>,
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// The cubin in a cache file's bytes, if its trailing checksum holds.
+fn verified(mut file: Vec<u8>) -> Option<Vec<u8>> {
+    if file.len() <= 32 {
+        return None;
+    }
+    let sum = file.split_off(file.len() - 32);
+    (sha256(&file)[..] == sum[..]).then_some(file)
 }
 
 fn nvrtc_check(r: nvrtc::nvrtcResult, what: &str) -> Result<(), CudaError> {
@@ -78,14 +93,20 @@ pub fn compile(
     let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let path: Option<PathBuf> = cache_dir.map(|d| d.join(format!("laya-cuda-{key}.cubin")));
     if let Some(p) = &path {
-        if let Ok(image) = std::fs::read(p) {
-            if !image.is_empty() {
+        match std::fs::read(p).ok().map(verified) {
+            Some(Some(image)) => {
                 tracing::debug!(path = %p.display(), "kernels loaded from the cache");
                 return Ok(Compiled {
                     image,
                     cached: true,
+                    path,
                 });
             }
+            Some(None) => {
+                tracing::warn!(path = %p.display(), "damaged kernel cache file: recompiling");
+                let _ = std::fs::remove_file(p);
+            }
+            None => {}
         }
     }
     let started = std::time::Instant::now();
@@ -99,8 +120,10 @@ pub fn compile(
     if let (Some(p), Some(dir)) = (&path, cache_dir) {
         // Write then rename, so a concurrent start never reads half a file.
         let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        let mut file = image.clone();
+        file.extend_from_slice(&sha256(&image));
         let stored = std::fs::create_dir_all(dir)
-            .and_then(|_| std::fs::write(&tmp, &image))
+            .and_then(|_| std::fs::write(&tmp, &file))
             .and_then(|_| std::fs::rename(&tmp, p));
         if let Err(e) = stored {
             tracing::warn!(path = %p.display(), error = %e, "cannot cache the compiled kernels");
@@ -109,6 +132,7 @@ pub fn compile(
     Ok(Compiled {
         image,
         cached: false,
+        path,
     })
 }
 

@@ -7,7 +7,7 @@
 //! the selected positions, copy out. That sequence depends only on the pass's bucket, so it
 //! is captured once per bucket as a CUDA graph and replayed: ~250 launches cost one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -191,8 +191,20 @@ pub struct CudaEngine {
     kernels: Kernels,
     work: Option<Workspace>,
     graphs: HashMap<Bucket, Graph>,
+    /// Buckets whose capture failed: they run kernel by kernel from then on.
+    no_graph: HashSet<Bucket>,
     stats: Stats,
     gpu: Gpu,
+}
+
+impl Drop for CudaEngine {
+    fn drop(&mut self) {
+        // Nothing may still run when the buffers, graphs and module go; the fields then drop
+        // with this GPU's context current.
+        let _ = self.gpu.bind();
+        let _ = self.gpu.sync();
+        self.graphs.clear();
+    }
 }
 
 impl std::fmt::Debug for CudaEngine {
@@ -219,13 +231,26 @@ impl CudaEngine {
         check_supported(&config)?;
         let tensors = CheckpointTensors::open(dir, &config)?;
         let gpu = Gpu::open(settings.ordinal)?;
-        let compiled = compile::compile(
-            gpu.cc,
-            config.encoder.hidden_size,
-            settings.kernel_cache.as_deref(),
-        )?;
-        let kernels = Kernels::load(Module::load(&compiled.image)?)?;
+        let hidden = config.encoder.hidden_size;
+        let mut compiled = compile::compile(gpu.cc, hidden, settings.kernel_cache.as_deref())?;
+        let module = match Module::load(&compiled.image) {
+            Ok(m) => m,
+            // A cached cubin the driver refuses (another driver, say) is compiled afresh.
+            Err(e) if compiled.cached => {
+                tracing::warn!(error = %e, "cached kernels refused: recompiling");
+                if let Some(p) = &compiled.path {
+                    let _ = std::fs::remove_file(p);
+                }
+                compiled = compile::compile(gpu.cc, hidden, settings.kernel_cache.as_deref())?;
+                Module::load(&compiled.image)?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let kernels = Kernels::load(module)?;
         let weights = Weights::load(&tensors, &config)?;
+        // The uploads are synchronous copies from pageable memory on the legacy stream, which
+        // the engine's stream does not wait for.
+        gpu.sync_all()?;
         let mut blas = Blas::new()?;
         blas.tune = settings.tune_gemms;
         tracing::info!(
@@ -245,6 +270,7 @@ impl CudaEngine {
             kernels,
             work: None,
             graphs: HashMap::new(),
+            no_graph: HashSet::new(),
             stats: Stats::default(),
             gpu,
         })
@@ -291,7 +317,14 @@ impl CudaEngine {
         let started = Instant::now();
         let mut out = Vec::with_capacity(rows.len());
         for range in batch::passes(rows, self.settings.max_pass_tokens) {
-            out.extend(self.run_pass(&rows[range])?);
+            match self.run_pass(&rows[range]) {
+                Ok(logits) => out.extend(logits),
+                Err(e) => {
+                    // Whatever was queued finishes before the staging memory is rewritten.
+                    let _ = self.gpu.sync();
+                    return Err(e);
+                }
+            }
         }
         tracing::debug!(
             rows = rows.len(),
@@ -304,7 +337,21 @@ impl CudaEngine {
 
     /// Prepares `bucket` ahead of traffic: buffers, GEMM plans and its graph.
     pub fn warm(&mut self, bucket: Bucket) -> Result<(), ForwardError> {
+        if Bucket::for_sizes(bucket.tokens, bucket.selected) != bucket {
+            return Err(
+                CudaError::Unavailable(format!("{bucket:?} is not a bucket passes use")).into(),
+            );
+        }
         self.gpu.bind()?;
+        let warmed = self.warm_bucket(bucket);
+        if warmed.is_err() {
+            // Whatever was queued finishes before the buffers are touched again.
+            let _ = self.gpu.sync();
+        }
+        warmed
+    }
+
+    fn warm_bucket(&mut self, bucket: Bucket) -> Result<(), ForwardError> {
         self.ensure_capacity(bucket)?;
         if self.settings.graphs && !self.graphs.contains_key(&bucket) {
             // Rows of padding only: nrows = 0, every kernel still runs at full size.
@@ -312,7 +359,7 @@ impl CudaEngine {
             batch::stage(&[], bucket, work.stage.words_mut());
             self.enqueue(bucket, None)?;
             self.gpu.sync()?;
-            self.capture(bucket)?;
+            self.try_capture(bucket);
         }
         Ok(())
     }
@@ -332,6 +379,7 @@ impl CudaEngine {
         };
         // Graphs hold the old buffers' addresses: they go first.
         self.graphs.clear();
+        self.no_graph.clear();
         self.work = None;
         let e = &self.config.encoder;
         self.work = Some(Workspace::new(
@@ -363,10 +411,10 @@ impl CudaEngine {
             self.enqueue(bucket, None)?;
             self.stats.eager += 1;
             self.gpu.sync()?;
-            if self.settings.graphs {
+            if self.settings.graphs && !self.no_graph.contains(&bucket) {
                 // This pass ran eagerly (its answers are read below); the next one of this
                 // bucket replays.
-                self.capture(bucket)?;
+                self.try_capture(bucket);
             }
         }
         let work = self.work.as_ref().ok_or_else(no_workspace)?;
@@ -441,6 +489,16 @@ impl CudaEngine {
             }
         }
         Ok((by_label, median(&mut totals)))
+    }
+
+    /// Captures `bucket`'s graph; a failure (out of memory, say) is logged and the bucket
+    /// runs kernel by kernel from then on, with the same answers.
+    fn try_capture(&mut self, bucket: Bucket) {
+        if let Err(e) = self.capture(bucket) {
+            tracing::warn!(tokens = bucket.tokens, selected = bucket.selected, error = %e,
+                "CUDA graph capture failed; this bucket runs without a graph");
+            self.no_graph.insert(bucket);
+        }
     }
 
     fn capture(&mut self, bucket: Bucket) -> Result<(), CudaError> {

@@ -43,24 +43,94 @@ fn library_dirs() -> Vec<PathBuf> {
 /// dynamic loader resolves cudarc's open by soname to them.
 static PRELOADED: OnceLock<Vec<libloading::Library>> = OnceLock::new();
 
-fn present(name: &str) -> bool {
-    // SAFETY: only tries to dlopen the candidates.
-    unsafe {
-        match name {
-            "cuda" => cudarc::driver::sys::is_culib_present(),
-            "nvrtc" => cudarc::nvrtc::sys::is_culib_present(),
-            _ => cudarc::cublaslt::sys::is_culib_present(),
-        }
-    }
+/// The file names cudarc 0.17 tries for library `name`, in its order (its
+/// `get_lib_name_candidates` for CUDA 13.0 on Linux, which is not public).
+fn candidates(name: &str) -> Vec<String> {
+    let (major, minor) = (13, 0);
+    vec![
+        format!("lib{name}.so"),
+        format!("lib{name}64.so"),
+        format!("lib{name}64_{major}.so"),
+        format!("lib{name}64_{major}{minor}.so"),
+        format!("lib{name}64_{major}{minor}_0.so"),
+        format!("lib{name}64_{major}0_{minor}.so"),
+        format!("lib{name}64_10.so"),
+        format!("lib{name}64_{major}0_0.so"),
+        format!("lib{name}64_9.so"),
+        format!("lib{name}.so.{major}"),
+        format!("lib{name}.so.11"),
+        format!("lib{name}.so.10"),
+        format!("lib{name}.so.1"),
+    ]
 }
 
-/// Opens the driver, NVRTC and cuBLASLt, or says which is missing. Never panics (cudarc's
-/// loaders panic on a missing library, so each is checked first).
-pub fn load_libraries() -> Result<(), CudaError> {
-    let preloaded = PRELOADED.get_or_init(|| {
+/// Checks the library cudarc would open for `name` (the first candidate that loads) and
+/// that it is CUDA 13 or newer, using only libloading. cudarc resolves every CUDA 13 symbol
+/// with `expect` when it opens a library, so an older library (a CUDA 12 toolkit's
+/// unversioned `libnvrtc.so` first on the path, a pre-580 driver) must be caught here, as an
+/// error, before cudarc sees it.
+fn check_version(name: &str) -> Result<(), String> {
+    let names: Vec<String> = if name == "cuda" {
+        candidates("cuda")
+            .into_iter()
+            .chain(candidates("nvcuda"))
+            .collect()
+    } else {
+        candidates(name)
+    };
+    for file in names {
+        // SAFETY: loading a CUDA library runs its initialisers, as cudarc's own open would.
+        let Ok(lib) = (unsafe { libloading::Library::new(&file) }) else {
+            continue;
+        };
+        // (version, minimum, as shown). SAFETY: each symbol is called with the signature of
+        // its CUDA 13 header; a missing symbol is an error, not a call.
+        let version: Option<(i64, i64, String)> = unsafe {
+            match name {
+                "cuda" => lib
+                    .get::<unsafe extern "C" fn(*mut i32) -> i32>(b"cuDriverGetVersion\0")
+                    .ok()
+                    .and_then(|f| {
+                        let mut v = 0;
+                        (f(&mut v) == 0).then_some(i64::from(v))
+                    })
+                    .map(|v| (v, 13_000, format!("{}.{}", v / 1000, v % 1000 / 10))),
+                "nvrtc" => lib
+                    .get::<unsafe extern "C" fn(*mut i32, *mut i32) -> i32>(b"nvrtcVersion\0")
+                    .ok()
+                    .and_then(|f| {
+                        let (mut major, mut minor) = (0, 0);
+                        (f(&mut major, &mut minor) == 0).then(|| {
+                            (
+                                i64::from(major) * 1000 + i64::from(minor) * 10,
+                                13_000,
+                                format!("{major}.{minor}"),
+                            )
+                        })
+                    }),
+                _ => lib
+                    .get::<unsafe extern "C" fn() -> usize>(b"cublasLtGetVersion\0")
+                    .ok()
+                    .map(|f| f() as i64)
+                    .map(|v| (v, 130_000, format!("{}.{}", v / 10_000, v % 10_000 / 100))),
+            }
+        };
+        return match version {
+            Some((v, min, _)) if v >= min => Ok(()),
+            Some((_, _, shown)) => Err(format!("{file} is version {shown}; CUDA 13 is needed")),
+            None => Err(format!("{file} does not report its version")),
+        };
+    }
+    Err(format!("no {name} library is on the loader's path"))
+}
+
+/// Opens the named libraries (`cuda`, `nvrtc`, `cublasLt`) for cudarc, or says what is
+/// missing or too old. Never panics: each is checked with libloading before cudarc opens it.
+pub fn load(names: &[&str]) -> Result<(), CudaError> {
+    PRELOADED.get_or_init(|| {
         let mut libs = Vec::new();
         for (name, soname) in LIBRARIES {
-            if present(name) {
+            if check_version(name).is_ok() {
                 continue;
             }
             for dir in library_dirs() {
@@ -78,20 +148,23 @@ pub fn load_libraries() -> Result<(), CudaError> {
         }
         libs
     });
-    let _ = preloaded;
-    let missing: Vec<&str> = LIBRARIES
+    let problems: Vec<String> = names
         .iter()
-        .filter(|(name, _)| !present(name))
-        .map(|(_, soname)| *soname)
+        .filter_map(|name| check_version(name).err())
         .collect();
-    if missing.is_empty() {
+    if problems.is_empty() {
         Ok(())
     } else {
         Err(CudaError::Unavailable(format!(
-            "cannot load {} (set LD_LIBRARY_PATH or LAYA_CUDA_LIB_DIR to the CUDA 13 libraries)",
-            missing.join(", ")
+            "{} (set LD_LIBRARY_PATH or LAYA_CUDA_LIB_DIR to the CUDA 13 libraries)",
+            problems.join("; ")
         )))
     }
+}
+
+/// Opens the driver, NVRTC and cuBLASLt (see [`load`]).
+pub fn load_libraries() -> Result<(), CudaError> {
+    load(&["cuda", "nvrtc", "cublasLt"])
 }
 
 /// One GPU: its context (bound to the thread that made it) and the engine's stream.
@@ -120,7 +193,7 @@ impl Gpu {
         load_libraries()?;
         result::init().map_err(drv("cuInit"))?;
         let count = result::device::get_count().map_err(drv("cuDeviceGetCount"))?;
-        if count <= ordinal as i32 {
+        if i32::try_from(ordinal).map_or(true, |o| o >= count) {
             return Err(CudaError::Unavailable(format!(
                 "no CUDA device {ordinal} ({count} present)"
             )));
@@ -156,6 +229,12 @@ impl Gpu {
     /// The engine's stream.
     pub fn stream(&self) -> sys::CUstream {
         self.stream
+    }
+
+    /// Waits for all work on the device, every stream (the synchronous copies that upload the
+    /// weights included: they may still be in flight when `cuMemcpyHtoD` returns).
+    pub fn sync_all(&self) -> Result<(), CudaError> {
+        self.ctx.synchronize().map_err(drv("cuCtxSynchronize"))
     }
 
     /// Waits for everything queued on the stream.
@@ -215,14 +294,6 @@ impl DeviceBuf {
     /// Size in bytes.
     pub fn bytes(&self) -> usize {
         self.bytes
-    }
-
-    /// Copies the whole buffer back (synchronously), as `T`s.
-    pub fn to_vec<T: Copy + Default>(&self) -> Result<Vec<T>, CudaError> {
-        let mut out = vec![T::default(); self.bytes / std::mem::size_of::<T>()];
-        // SAFETY: `out` holds at most the buffer's bytes.
-        unsafe { result::memcpy_dtoh_sync(&mut out, self.ptr) }.map_err(drv("cuMemcpyDtoH"))?;
-        Ok(out)
     }
 }
 

@@ -25,9 +25,15 @@ pub mod weights;
 pub use engine::{Attention, CudaEngine, CudaSettings, Stats};
 pub use error::{CudaError, ForwardError, LoadError};
 
-/// Opens the CUDA driver, NVRTC and cuBLASLt, or says which is missing (never panics).
+/// Opens the CUDA driver, NVRTC and cuBLASLt, or says which is missing or older than CUDA 13
+/// (never panics).
 pub fn load_libraries() -> Result<(), CudaError> {
     gpu::load_libraries()
+}
+
+/// Opens NVRTC alone (enough to compile the kernels), or says why not.
+pub fn load_nvrtc() -> Result<(), CudaError> {
+    gpu::load(&["nvrtc"])
 }
 
 /// Whether this machine can run the engine: the CUDA libraries load and GPU `ordinal` exists
