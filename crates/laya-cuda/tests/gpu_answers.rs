@@ -6,12 +6,13 @@
 //! Without a usable GPU (no driver, no CUDA 13 libraries) each test prints why and passes:
 //! the workspace must build and test on machines without CUDA.
 
-use laya_core::decode::{self, Answer};
-use laya_core::engine::{Row, RowLogits};
+use laya_core::engine::Row;
 use laya_core::engine_api::Engine;
 use laya_core::question::parse_questions;
 use laya_cuda::{Attention, CudaEngine, CudaSettings};
-use laya_fixtures::{check_f16, fixtures_dir, references, F16Stats, CHECKPOINTS, WORKLOADS};
+use laya_fixtures::{
+    check_f16_references, fixtures_dir, max_logit_diff, references, CHECKPOINTS, WORKLOADS,
+};
 
 fn gpu() -> bool {
     match laya_cuda::probe(0) {
@@ -60,31 +61,7 @@ fn f16_answers_within_tolerance() {
     }
     for ckpt in CHECKPOINTS {
         let mut engine = engine(ckpt, &CudaSettings::default());
-        let mut stats = F16Stats::default();
-        for workload in WORKLOADS {
-            for reference in references(ckpt, workload) {
-                let Some(call) = reference.decision_call() else {
-                    continue;
-                };
-                if reference.passes.is_empty() {
-                    continue;
-                }
-                let ctx = format!("{ckpt}/{workload} {}", reference.id);
-                let questions =
-                    parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                let results = engine
-                    .predict_batch(&call.states, &questions, &call.opts)
-                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                for (s, mine) in results.iter().enumerate() {
-                    for (q, (_, answer)) in questions.iter().zip(&mine.answers) {
-                        let r = reference.row(s, &q.id).expect("upstream row");
-                        let up: Answer = decode::decode_unrounded(q, &r.output(), &engine.agent);
-                        check_f16(answer, &up, &mut stats)
-                            .unwrap_or_else(|e| panic!("{ctx} {}: {e}", q.id));
-                    }
-                }
-            }
-        }
+        let (stats, _) = check_f16_references(&mut engine, ckpt);
         println!("cuda f16 {ckpt}: {}", stats.summary());
         assert!(
             stats.answers > 300,
@@ -92,22 +69,6 @@ fn f16_answers_within_tolerance() {
             stats.answers
         );
     }
-}
-
-fn max_diff(a: &[RowLogits], b: &[RowLogits]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .flat_map(|(x, y)| {
-            assert_eq!(x.logits.len(), y.logits.len());
-            x.logits
-                .iter()
-                .zip(&y.logits)
-                .chain(x.act_logits.iter().zip(&y.act_logits))
-                .map(|(p, q)| (p - q).abs())
-                .collect::<Vec<_>>()
-        })
-        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -147,7 +108,7 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             let plain = eager.forward.run(rows).expect("forward");
             assert_eq!(first, plain, "{ckpt} pass {i}: graphs vs no graphs");
             let reference = rows_attention.forward.run(rows).expect("forward");
-            worst = worst.max(max_diff(&first, &reference));
+            worst = worst.max(max_logit_diff(&first, &reference));
         }
         let stats = graphs.forward.stats();
         println!(

@@ -8,6 +8,7 @@
 
 mod compare;
 mod references;
+mod suites;
 mod unrounded;
 
 pub use compare::{check_f16, check_f32, F16Stats, NumberDiff};
@@ -15,4 +16,5 @@ pub use references::{
     fixtures_dir, read_jsonl, references, DecisionCall, RefRow, Reference, Replay, CHECKPOINTS,
     WORKLOADS,
 };
+pub use suites::{check_f16_references, max_logit_diff};
 pub use unrounded::{open_text, unrounded_body, unrounded_like, upstream_results};

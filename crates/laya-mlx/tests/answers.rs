@@ -8,15 +8,14 @@
 //! the argmax equal except near ties; the max/p99 error and the near-tie flips are printed.
 
 use laya_core::confidence;
-use laya_core::decode::{self, Answer};
 use laya_core::engine::RowLogits;
 use laya_core::engine_api::{Engine, LongOptions, StateResult};
 use laya_core::pyjson::{self, Style, Value};
 use laya_core::question::{parse_questions, Question};
 use laya_core::render;
 use laya_fixtures::{
-    check_f16, check_f32, fixtures_dir, open_text, read_jsonl, references, unrounded_like,
-    upstream_results, F16Stats, CHECKPOINTS, WORKLOADS,
+    check_f16_references, check_f32, fixtures_dir, open_text, read_jsonl, references,
+    unrounded_like, upstream_results, CHECKPOINTS, WORKLOADS,
 };
 use laya_mlx::{EngineSettings, MlxEngine, Precision};
 
@@ -124,33 +123,7 @@ fn own_unrounded(
 fn f16_answers_within_tolerance() {
     for ckpt in CHECKPOINTS {
         let mut engine = engine(ckpt, Precision::F16);
-        let mut stats = F16Stats::default();
-        let mut without_rows = 0;
-        for workload in WORKLOADS {
-            for reference in references(ckpt, workload) {
-                let Some(call) = reference.decision_call() else {
-                    continue;
-                };
-                let ctx = format!("{ckpt}/{workload} {}", reference.id);
-                let questions =
-                    parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                if reference.passes.is_empty() {
-                    without_rows += usize::from(!questions.is_empty());
-                    continue;
-                }
-                let results = engine
-                    .predict_batch(&call.states, &questions, &call.opts)
-                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                for (s, mine) in results.iter().enumerate() {
-                    for (q, (_, answer)) in questions.iter().zip(&mine.answers) {
-                        let r = reference.row(s, &q.id).expect("upstream row");
-                        let up: Answer = decode::decode_unrounded(q, &r.output(), &engine.agent);
-                        check_f16(answer, &up, &mut stats)
-                            .unwrap_or_else(|e| panic!("{ctx} {}: {e}", q.id));
-                    }
-                }
-            }
-        }
+        let (stats, without_rows) = check_f16_references(&mut engine, ckpt);
         println!(
             "f16 {ckpt}: {} ({without_rows} raw-body requests without upstream rows not compared)",
             stats.summary()

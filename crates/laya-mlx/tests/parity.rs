@@ -8,7 +8,8 @@ mod common;
 use std::time::Instant;
 
 use common::{checkpoint, reference_passes, RefPass};
-use laya_core::engine::{Forward, Row, RowLogits};
+use laya_core::engine::{Forward, Row};
+use laya_fixtures::max_logit_diff;
 use laya_mlx::{EngineSettings, MlxEngine, Precision, SlidingAttention};
 
 /// f32 tolerance: option logits `|ours − ref| <= 1e-4`; act logits
@@ -135,21 +136,6 @@ fn tiny_multilingual_shape_f16_is_close_to_upstream() {
     parity("tiny-multilingual-shape", Precision::F16);
 }
 
-fn max_diff(a: &[RowLogits], b: &[RowLogits]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .flat_map(|(x, y)| {
-            assert_eq!(x.logits.len(), y.logits.len());
-            x.logits
-                .iter()
-                .zip(&y.logits)
-                .chain(x.act_logits.iter().zip(&y.act_logits))
-                .map(|(p, q)| (p - q).abs())
-        })
-        .fold(0.0, f32::max)
-}
-
 /// The largest recorded pass (most rows), and a few rows of several lengths.
 fn mixed_rows() -> Vec<Row> {
     let passes = reference_passes("tiny");
@@ -177,12 +163,12 @@ fn rows_answer_the_same_alone_and_in_a_batch() {
     for r in &batch {
         alone.extend(engine.forward(std::slice::from_ref(r)).expect("forward"));
     }
-    let d = max_diff(&together, &alone);
+    let d = max_logit_diff(&together, &alone);
     println!("batch of {} vs one by one: max |diff| {d:.3e}", batch.len());
     assert!(d <= 5e-5, "packing leaks between rows: max |diff| {d}");
     // Two copies of one row in one batch: equal up to GEMM rounding (a row's position in the
     // packed matrix can change the kernel's edge handling, never what it attends to).
-    let copies = max_diff(&together[0..1], &together[3..4]);
+    let copies = max_logit_diff(&together[0..1], &together[3..4]);
     assert!(
         copies <= 5e-5,
         "two copies of one row in one batch differ by {copies}"
@@ -241,9 +227,9 @@ fn sliding_layouts_and_last_head_layer_agree() {
         sliding_attention: SlidingAttention::Blocked,
         ..Default::default()
     });
-    let d1 = max_diff(&masked, &blocked);
-    let d2 = max_diff(&auto, &auto_full);
-    let d3 = max_diff(&auto, &padded).max(max_diff(&auto, &padded_blocked));
+    let d1 = max_logit_diff(&masked, &blocked);
+    let d2 = max_logit_diff(&auto, &auto_full);
+    let d3 = max_logit_diff(&auto, &padded).max(max_logit_diff(&auto, &padded_blocked));
     println!("masked vs blocked sliding attention: {d1:.3e}; last head layer at outputs vs everywhere: {d2:.3e}; grouped vs padded rows: {d3:.3e}");
     assert!(
         d3 <= 5e-5,
