@@ -276,11 +276,6 @@ impl CudaEngine {
         })
     }
 
-    /// The GPU's name, e.g. `NVIDIA H200`.
-    pub fn gpu_name(&self) -> &str {
-        &self.gpu.name
-    }
-
     /// The checkpoint's configs.
     pub fn config(&self) -> &CheckpointConfig {
         &self.config
@@ -289,13 +284,6 @@ impl CudaEngine {
     /// Counters since load.
     pub fn stats(&self) -> Stats {
         self.stats
-    }
-
-    /// Buckets with a captured graph, in order.
-    pub fn captured(&self) -> Vec<Bucket> {
-        let mut b: Vec<Bucket> = self.graphs.keys().copied().collect();
-        b.sort();
-        b
     }
 
     fn check_rows(&self, rows: &[Row]) -> Result<(), ForwardError> {

@@ -167,6 +167,47 @@ pub fn load_libraries() -> Result<(), CudaError> {
     load(&["cuda", "nvrtc", "cublasLt"])
 }
 
+/// A usable GPU, as the driver describes it before any context exists.
+#[derive(Debug)]
+pub struct FoundDevice {
+    /// Device name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Compute capability.
+    pub cc: (i32, i32),
+}
+
+/// Checks that the libraries load and GPU `ordinal` exists with the instructions the kernels
+/// use (compute capability 8.0 or newer), without creating a context: a probe that then
+/// gave its context back would make the engine's own start create it a second time.
+pub fn find_device(ordinal: usize) -> Result<FoundDevice, CudaError> {
+    load_libraries()?;
+    result::init().map_err(drv("cuInit"))?;
+    let count = result::device::get_count().map_err(drv("cuDeviceGetCount"))?;
+    let index = i32::try_from(ordinal)
+        .ok()
+        .filter(|&o| o < count)
+        .ok_or_else(|| {
+            CudaError::Unavailable(format!("no CUDA device {ordinal} ({count} present)"))
+        })?;
+    let dev = result::device::get(index).map_err(drv("cuDeviceGet"))?;
+    let attr = |a| {
+        // SAFETY: `dev` came from cuDeviceGet.
+        unsafe { result::device::get_attribute(dev, a) }.map_err(drv("compute capability"))
+    };
+    let cc = (
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    );
+    if cc.0 < 8 {
+        return Err(CudaError::Unavailable(format!(
+            "compute capability {}.{} is below the 8.0 these kernels need",
+            cc.0, cc.1
+        )));
+    }
+    let name = result::device::get_name(dev).map_err(drv("device name"))?;
+    Ok(FoundDevice { name, cc })
+}
+
 /// One GPU: its context (bound to the thread that made it) and the engine's stream.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
@@ -190,32 +231,15 @@ impl Gpu {
     /// Opens GPU `ordinal`, checking that the libraries load and the chip has the
     /// instructions the kernels use (compute capability 8.0 or newer).
     pub fn open(ordinal: usize) -> Result<Gpu, CudaError> {
-        load_libraries()?;
-        result::init().map_err(drv("cuInit"))?;
-        let count = result::device::get_count().map_err(drv("cuDeviceGetCount"))?;
-        if i32::try_from(ordinal).map_or(true, |o| o >= count) {
-            return Err(CudaError::Unavailable(format!(
-                "no CUDA device {ordinal} ({count} present)"
-            )));
-        }
+        let found = find_device(ordinal)?;
         let ctx = CudaContext::new(ordinal).map_err(drv("creating the context"))?;
-        let cc = ctx
-            .compute_capability()
-            .map_err(drv("compute capability"))?;
-        if cc.0 < 8 {
-            return Err(CudaError::Unavailable(format!(
-                "compute capability {}.{} is below the 8.0 these kernels need",
-                cc.0, cc.1
-            )));
-        }
-        let name = ctx.name().map_err(drv("device name"))?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(drv("cuStreamCreate"))?;
         Ok(Gpu {
             ctx,
             stream,
-            name,
-            cc,
+            name: found.name,
+            cc: found.cc,
         })
     }
 

@@ -37,7 +37,8 @@ pub fn load_nvrtc() -> Result<(), CudaError> {
 }
 
 /// Whether this machine can run the engine: the CUDA libraries load and GPU `ordinal` exists
-/// with compute capability 8.0 or newer. The reason when not.
+/// with compute capability 8.0 or newer. Its name, or the reason when not. Creates no
+/// context.
 pub fn probe(ordinal: usize) -> Result<String, CudaError> {
-    gpu::Gpu::open(ordinal).map(|g| g.name.clone())
+    gpu::find_device(ordinal).map(|d| d.name)
 }

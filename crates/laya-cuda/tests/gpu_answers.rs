@@ -8,10 +8,9 @@
 
 use laya_core::engine::Row;
 use laya_core::engine_api::Engine;
-use laya_core::question::parse_questions;
 use laya_cuda::{Attention, CudaEngine, CudaSettings};
 use laya_fixtures::{
-    check_f16_references, fixtures_dir, max_logit_diff, references, CHECKPOINTS, WORKLOADS,
+    check_f16_references, decision_cases, fixtures_dir, max_logit_diff, CHECKPOINTS,
 };
 
 fn gpu() -> bool {
@@ -36,19 +35,13 @@ fn engine(ckpt: &str, settings: &CudaSettings) -> Engine<CudaEngine> {
 /// Every pass of rows the references make, as the engine's layout builds them.
 fn reference_passes(engine: &Engine<CudaEngine>, ckpt: &str) -> Vec<Vec<Row>> {
     let mut out = Vec::new();
-    for workload in WORKLOADS {
-        for reference in references(ckpt, workload) {
-            let Some(call) = reference.decision_call() else {
-                continue;
-            };
-            let Ok(questions) = parse_questions(&call.questions) else {
-                continue;
-            };
-            if let Ok(passes) = engine.layout(&call.states, &questions, &call.opts) {
-                for pass in passes {
-                    out.push(pass.iter().map(|e| e.row.clone()).collect());
-                }
-            }
+    for case in decision_cases(ckpt) {
+        if let Ok(passes) = engine.layout(&case.call.states, &case.questions, &case.call.opts) {
+            out.extend(
+                passes
+                    .iter()
+                    .map(|p| p.iter().map(|e| e.row.clone()).collect()),
+            );
         }
     }
     out

@@ -13,8 +13,8 @@ mod unrounded;
 
 pub use compare::{check_f16, check_f32, F16Stats, NumberDiff};
 pub use references::{
-    fixtures_dir, read_jsonl, references, DecisionCall, RefRow, Reference, Replay, CHECKPOINTS,
-    WORKLOADS,
+    decision_cases, fixtures_dir, read_jsonl, references, DecisionCall, DecisionCase, RefRow,
+    Reference, Replay, CHECKPOINTS, WORKLOADS,
 };
 pub use suites::{check_f16_references, max_logit_diff};
 pub use unrounded::{open_text, unrounded_body, unrounded_like, upstream_results};

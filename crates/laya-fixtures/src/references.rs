@@ -326,3 +326,37 @@ impl Forward for Replay {
             .collect()
     }
 }
+
+/// One decision request of the references, ready to run.
+#[derive(Debug)]
+pub struct DecisionCase {
+    /// `checkpoint/workload id`, for messages.
+    pub ctx: String,
+    pub reference: Reference,
+    pub call: DecisionCall,
+    pub questions: Vec<laya_core::question::Question>,
+}
+
+/// Every decision request of checkpoint `checkpoint` over all [`WORKLOADS`], with its
+/// questions parsed. Panics, naming the reference, if one does not parse: upstream answered
+/// them all.
+pub fn decision_cases(checkpoint: &str) -> Vec<DecisionCase> {
+    let mut out = Vec::new();
+    for workload in WORKLOADS {
+        for reference in references(checkpoint, workload) {
+            let Some(call) = reference.decision_call() else {
+                continue;
+            };
+            let ctx = format!("{checkpoint}/{workload} {}", reference.id);
+            let questions = laya_core::question::parse_questions(&call.questions)
+                .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            out.push(DecisionCase {
+                ctx,
+                reference,
+                call,
+                questions,
+            });
+        }
+    }
+    out
+}

@@ -3,9 +3,8 @@
 use laya_core::decode::{self, Answer};
 use laya_core::engine::{Forward, RowLogits};
 use laya_core::engine_api::Engine;
-use laya_core::question::parse_questions;
 
-use crate::{check_f16, references, F16Stats, WORKLOADS};
+use crate::{check_f16, decision_cases, DecisionCase, F16Stats};
 
 /// Every decision reference of checkpoint `ckpt` answered by `engine`, each probability
 /// checked against upstream's f32 answer with the f16 rule ([`check_f16`]). Returns the
@@ -14,28 +13,26 @@ use crate::{check_f16, references, F16Stats, WORKLOADS};
 pub fn check_f16_references<F: Forward>(engine: &mut Engine<F>, ckpt: &str) -> (F16Stats, usize) {
     let mut stats = F16Stats::default();
     let mut without_rows = 0;
-    for workload in WORKLOADS {
-        for reference in references(ckpt, workload) {
-            let Some(call) = reference.decision_call() else {
-                continue;
-            };
-            let ctx = format!("{ckpt}/{workload} {}", reference.id);
-            let questions =
-                parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-            if reference.passes.is_empty() {
-                without_rows += usize::from(!questions.is_empty());
-                continue;
-            }
-            let results = engine
-                .predict_batch(&call.states, &questions, &call.opts)
-                .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-            for (s, mine) in results.iter().enumerate() {
-                for (q, (_, answer)) in questions.iter().zip(&mine.answers) {
-                    let r = reference.row(s, &q.id).expect("upstream row");
-                    let up: Answer = decode::decode_unrounded(q, &r.output(), &engine.agent);
-                    check_f16(answer, &up, &mut stats)
-                        .unwrap_or_else(|e| panic!("{ctx} {}: {e}", q.id));
-                }
+    for case in decision_cases(ckpt) {
+        let DecisionCase {
+            ctx,
+            reference,
+            call,
+            questions,
+        } = case;
+        if reference.passes.is_empty() {
+            without_rows += usize::from(!questions.is_empty());
+            continue;
+        }
+        let results = engine
+            .predict_batch(&call.states, &questions, &call.opts)
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        for (s, mine) in results.iter().enumerate() {
+            for (q, (_, answer)) in questions.iter().zip(&mine.answers) {
+                let r = reference.row(s, &q.id).expect("upstream row");
+                let up: Answer = decode::decode_unrounded(q, &r.output(), &engine.agent);
+                check_f16(answer, &up, &mut stats)
+                    .unwrap_or_else(|e| panic!("{ctx} {}: {e}", q.id));
             }
         }
     }

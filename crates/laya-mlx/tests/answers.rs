@@ -14,8 +14,8 @@ use laya_core::pyjson::{self, Style, Value};
 use laya_core::question::{parse_questions, Question};
 use laya_core::render;
 use laya_fixtures::{
-    check_f16_references, check_f32, fixtures_dir, open_text, read_jsonl, references,
-    unrounded_like, upstream_results, CHECKPOINTS, WORKLOADS,
+    check_f16_references, check_f32, decision_cases, fixtures_dir, open_text, read_jsonl,
+    unrounded_like, upstream_results, DecisionCase, CHECKPOINTS,
 };
 use laya_mlx::{EngineSettings, MlxEngine, Precision};
 
@@ -58,45 +58,43 @@ fn f32_answers_match_upstream_text() {
     let mut boundary = 0;
     for ckpt in CHECKPOINTS {
         let mut engine = engine(ckpt, Precision::F32);
-        for workload in WORKLOADS {
-            for reference in references(ckpt, workload) {
-                let Some(call) = reference.decision_call() else {
-                    continue;
-                };
-                let ctx = format!("{ckpt}/{workload} {}", reference.id);
-                let questions =
-                    parse_questions(&call.questions).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                let mut results = engine
-                    .predict_batch(&call.states, &questions, &call.opts)
-                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                if let Some(min) = &call.min_confidence {
-                    confidence::apply_gate(&mut results, min);
-                }
-                confidence::add_jev_confidence(&mut results);
-                let upstream = upstream_results(&reference.body);
-                assert_eq!(results.len(), upstream.len(), "{ctx}: result count");
-                for (s, (mine, up)) in results.iter().zip(&upstream).enumerate() {
-                    // Raw-body requests have no recorded rows; their boundary check falls back
-                    // to our own unrounded values, which agree with upstream's to ~1e-5.
-                    let raw = if reference.passes.is_empty() {
-                        own_unrounded(&mut engine, &call.states[s], &questions, &call.opts, mine)
-                    } else {
-                        let logits =
-                            |qi: usize| reference.row(s, &questions[qi].id).map(|r| r.output());
-                        unrounded(mine, &questions, logits, &engine)
-                    };
-                    let diffs = check_f32(&open_text(mine), up, &open_text(&raw), BOUNDARY)
-                        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                    for d in &diffs {
-                        println!(
-                            "{ctx}: {} vs upstream {} (upstream unrounded {})",
-                            d.mine, d.upstream, d.unrounded
-                        );
-                    }
-                    boundary += diffs.len();
-                }
-                checked += 1;
+        for case in decision_cases(ckpt) {
+            let DecisionCase {
+                ctx,
+                reference,
+                call,
+                questions,
+            } = case;
+            let mut results = engine
+                .predict_batch(&call.states, &questions, &call.opts)
+                .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            if let Some(min) = &call.min_confidence {
+                confidence::apply_gate(&mut results, min);
             }
+            confidence::add_jev_confidence(&mut results);
+            let upstream = upstream_results(&reference.body);
+            assert_eq!(results.len(), upstream.len(), "{ctx}: result count");
+            for (s, (mine, up)) in results.iter().zip(&upstream).enumerate() {
+                // Raw-body requests have no recorded rows; their boundary check falls back
+                // to our own unrounded values, which agree with upstream's to ~1e-5.
+                let raw = if reference.passes.is_empty() {
+                    own_unrounded(&mut engine, &call.states[s], &questions, &call.opts, mine)
+                } else {
+                    let logits =
+                        |qi: usize| reference.row(s, &questions[qi].id).map(|r| r.output());
+                    unrounded(mine, &questions, logits, &engine)
+                };
+                let diffs = check_f32(&open_text(mine), up, &open_text(&raw), BOUNDARY)
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                for d in &diffs {
+                    println!(
+                        "{ctx}: {} vs upstream {} (upstream unrounded {})",
+                        d.mine, d.upstream, d.unrounded
+                    );
+                }
+                boundary += diffs.len();
+            }
+            checked += 1;
         }
     }
     println!("f32: {checked} references equal to upstream's text; {boundary} numbers on a rounding boundary");
