@@ -29,7 +29,7 @@ pub(crate) struct RepoCache {
 }
 
 impl RepoCache {
-    /// `repo` must be a checked repo id (`spec::is_repo_id`).
+    /// `repo` must be a checked repo id (`repo_id::is_repo_id`).
     pub(crate) fn new(hub: &Path, repo: &str) -> RepoCache {
         let folder = format!("models--{}", repo.replace('/', "--"));
         RepoCache {

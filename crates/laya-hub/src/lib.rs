@@ -43,6 +43,7 @@ mod list;
 mod lock;
 mod models;
 mod progress;
+mod repo_id;
 mod spec;
 mod verify;
 

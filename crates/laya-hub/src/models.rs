@@ -126,7 +126,7 @@ impl ModelTable {
                 }
                 names.push(lower);
             }
-            if !crate::spec::is_repo_id(&m.repo) {
+            if !crate::repo_id::is_repo_id(&m.repo) {
                 return bad(format!("`{}` is not a repo id (org/name)", m.repo));
             }
             if m.revision.len() != 40
