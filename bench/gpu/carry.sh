@@ -4,12 +4,14 @@
 #
 #   bench/gpu/carry.sh [--build]
 #
-# --build first builds sys1rust, the make-checkpoint and gpu-probe examples and the replay test
-# binary against the mlx-cuda-13 wheel (scripts/setup-mlx.sh cuda13) in target/cuda.
+# --build first builds sys1rust, the make-checkpoint and gpu-probe examples and the test
+# binaries of sys1rust (its replay module) and laya-cuda against the mlx-cuda-13 wheel
+# (scripts/setup-mlx.sh cuda13) in target/cuda.
 #
 # What it writes (each file goes into the first group with room, so everything usually fits
 # in .carry/p1 and one call):
-#   bin.tar.xz        bin/{sys1rust,make-checkpoint,gpu-probe,op-timing,replay} (stripped) and
+#   bin.tar.xz        bin/{sys1rust,make-checkpoint,gpu-probe,op-timing,replay,cuda-answers}
+#                     (stripped; replay and cuda-answers are the test binaries) and
 #                     stub/libmlx.so (no-op symbols: make-checkpoint links libmlx but never calls
 #                     it, so the checkpoint can be made before libmlx is in place)
 #   site.tar.xz       site/mlx/{include,share} and site/mlx_cuda_13.libs: the rest of the wheel
@@ -38,13 +40,23 @@ CARRY_MIB=${CARRY_MIB:-58}
 TARGET=target/cuda
 WORK=$ROOT/.carry/work
 
+# The path of a crate's integration test binary (`tests/tests.rs`), from cargo's own report.
+test_binary() {
+  cargo test --release -p "$1" --test tests --no-run --target-dir $TARGET --message-format=json 2>/dev/null |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+        print(m["executable"])' | tail -1
+}
+
 if [ "${1:-}" = --build ]; then
   MLX=$(bash scripts/setup-mlx.sh cuda13)
   export MLX_SYS_PREBUILT_DIR=$MLX
   cargo build --release -p sys1rust --bins --target-dir $TARGET
   cargo build --release -p laya-mlx --examples --target-dir $TARGET
-  cargo test --release -p sys1rust --test replay --no-run --target-dir $TARGET
-  cargo test --release -p laya-cuda --test gpu_answers --no-run --target-dir $TARGET
+  cargo test --release -p sys1rust --test tests --no-run --target-dir $TARGET
+  cargo test --release -p laya-cuda --test tests --no-run --target-dir $TARGET
   cargo build --release -p laya-cuda --examples --target-dir $TARGET
 fi
 MLXROOT=$ROOT/.mlx/cuda13
@@ -55,11 +67,13 @@ rm -rf .carry/p[0-9]* "$WORK"
 mkdir -p "$WORK/out" "$WORK/bin" "$WORK/stub" "$WORK/site/mlx" "$WORK/fixtures" "$WORK/seed"
 OUTD=$WORK/out
 
-# The replay test binary: the newest target/cuda/release/deps/replay-<hash>. It starts the
-# server at the path baked in at compile time ($ROOT/target/cuda/release/sys1rust): run.sh
-# links that path to the carried binary.
-replay=$(ls -t $TARGET/release/deps/replay-* | grep -v '\.d$' | head -1)
-cuda_answers=$(ls -t $TARGET/release/deps/gpu_answers-* | grep -v '\.d$' | head -1)
+# sys1rust's test binary (run for its replay module) starts process servers at the path baked
+# in at compile time ($ROOT/target/cuda/release/sys1rust): run.sh links that path to the
+# carried binary. MLX_SYS_PREBUILT_DIR keeps cargo from rebuilding against the CPU wheel.
+export MLX_SYS_PREBUILT_DIR=${MLX_SYS_PREBUILT_DIR:-$ROOT/.mlx/cuda13/mlx}
+replay=$(test_binary sys1rust)
+cuda_answers=$(test_binary laya-cuda)
+[ -x "$replay" ] && [ -x "$cuda_answers" ] || { echo "carry.sh: test binaries not built (--build)" >&2; exit 1; }
 strip -o "$WORK/bin/sys1rust" $TARGET/release/sys1rust
 strip -o "$WORK/bin/make-checkpoint" $TARGET/release/examples/make-checkpoint
 strip -o "$WORK/bin/gpu-probe" $TARGET/release/examples/gpu-probe

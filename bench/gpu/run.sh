@@ -180,7 +180,7 @@ phase_diagnose() {
   for cfg in $DIAG_CONFIGS; do
     say "replay f16 with $cfg"
     env ${cfg//,/ } SYS1_FIXTURES=$STAGE/fixtures timeout -k 5 90 "$STAGE/bin/replay" \
-      --exact replay_f16_within_tolerance --nocapture > "$RES/replay-f16-$cfg.log" 2>&1
+      --exact replay::replay_f16_within_tolerance --nocapture > "$RES/replay-f16-$cfg.log" 2>&1
     rc=$?
     say "replay f16 with $cfg: rc $rc"
     grep -E "requests replayed|panicked at|test result" -A1 "$RES/replay-f16-$cfg.log" | head -4 >&2
@@ -292,7 +292,7 @@ phase_variants() {
 
 phase_replay() {
   say "replay: fixture references in f16 on the GPU"
-  SYS1_FIXTURES=$STAGE/fixtures timeout -k 5 240 "$STAGE/bin/replay" --exact replay_f16_within_tolerance --nocapture \
+  SYS1_FIXTURES=$STAGE/fixtures timeout -k 5 240 "$STAGE/bin/replay" --exact replay::replay_f16_within_tolerance --nocapture \
     > "$RES/replay-f16.log" 2>&1
   say "replay f16 rc $?"
   tail -n 5 "$RES/replay-f16.log" >&2

@@ -1,15 +1,16 @@
-//! [`Engine`]: a checkpoint's tokenizer and configs plus a [`Forward`] implementation, answering
+//! [`Agent`]: one checkpoint's tokenizer and configs plus a [`Forward`] implementation, answering
 //! decisions the way upstream `Agent.predict_batch` and `Agent.predict_long` do.
 
+use std::borrow::Borrow;
 use std::path::Path;
 
 use crate::config::{AgentConfig, CheckpointConfig, ConfigError, EncoderConfig};
 use crate::decode::{self, Answer, WindowRef};
 use crate::engine::{EngineError, Forward, Row};
 use crate::layout::{self, Budget, EncodedRow, Head, LayoutError, MarkersDoNotFit};
-use crate::pyjson::{self, Value};
 use crate::question::Question;
 use crate::tokenizer::{Tokenizer, TokenizerError};
+use pyjson::Value;
 
 /// One state's result: upstream's `{"model", "answers", "usage"}`.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,24 +55,51 @@ pub struct CollapsedOptions {
     pub tokens_per_option: Option<usize>,
 }
 
+/// Why `predict_batch` / `predict_long` failed.
 #[derive(Debug, thiserror::Error)]
-pub enum DecideError {
-    /// A caller error with upstream's `ValueError` text (the server answers 422 with it).
+pub enum PredictError {
+    /// A caller error (upstream's `ValueError`, whose text the server returns).
     #[error(transparent)]
     MarkersDoNotFit(#[from] MarkersDoNotFit),
-    #[error("{0}")]
-    Invalid(String),
+    /// A caller error of `predict_long`'s window plan (upstream's `ValueError`).
+    #[error(transparent)]
+    Windows(#[from] WindowError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
 
-impl From<LayoutError> for DecideError {
+impl PredictError {
+    /// Whether upstream raises this as a `ValueError`: the caller's mistake, whose text it
+    /// returns (422), rather than a failure of the server (500 `inference failed`).
+    pub fn is_caller_error(&self) -> bool {
+        matches!(
+            self,
+            PredictError::MarkersDoNotFit(_) | PredictError::Windows(_)
+        )
+    }
+}
+
+/// `predict_long` cannot lay out windows for these questions (upstream `window_budget`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    #[error("predict_long: the questions' options fill the whole sequence (max_len={max_len}, head_max_len={head_max_len}), leaving no room for the state; no window can carry any of it. A label set this large is what laya.shortlist.predict_shortlist is for")]
+    NoRoom { max_len: usize, head_max_len: usize },
+    #[error("predict_long: stride={stride} steps past the {size}-token window{}, so {} tokens between every pair of windows would be read by no window at all; pass stride <= {size}", if *.capped { " these questions leave room for" } else { "" }, .stride - .size)]
+    StrideTooLong {
+        stride: usize,
+        size: usize,
+        /// The questions shrank the window below the one asked for.
+        capped: bool,
+    },
+}
+
+impl From<LayoutError> for PredictError {
     fn from(e: LayoutError) -> Self {
         match e {
-            LayoutError::Tokenizer(t) => DecideError::Tokenizer(t),
-            LayoutError::MarkersDoNotFit(m) => DecideError::MarkersDoNotFit(m),
+            LayoutError::Tokenizer(t) => PredictError::Tokenizer(t),
+            LayoutError::MarkersDoNotFit(m) => PredictError::MarkersDoNotFit(m),
         }
     }
 }
@@ -102,9 +130,9 @@ pub struct LongOptions {
 }
 
 /// A loaded checkpoint with its forward pass.
-pub struct Engine<F> {
+pub struct Agent<F> {
     pub tokenizer: Tokenizer,
-    pub agent: AgentConfig,
+    pub config: AgentConfig,
     pub encoder: EncoderConfig,
     pub forward: F,
 }
@@ -117,15 +145,15 @@ pub fn state_text(tok: &Tokenizer, state: &Value) -> String {
     }
 }
 
-impl<F: Forward> Engine<F> {
+impl<F: Forward> Agent<F> {
     /// Reads the tokenizer and configs of a checkpoint directory; the caller brings the
     /// forward pass (built from the same directory).
     pub fn load(dir: &Path, forward: F) -> Result<Self, LoadError> {
         let cfg = CheckpointConfig::load(dir)?;
         let tokenizer = Tokenizer::load(&dir.join("tokenizer"))?;
-        Ok(Engine {
+        Ok(Agent {
             tokenizer,
-            agent: cfg.agent,
+            config: cfg.agent,
             encoder: cfg.encoder,
             forward,
         })
@@ -133,8 +161,8 @@ impl<F: Forward> Engine<F> {
 
     fn budget(&self, opts: &BatchOptions) -> Budget {
         Budget {
-            max_len: opts.max_len.unwrap_or(self.agent.max_len),
-            head_max_len: opts.head_max_len.unwrap_or(self.agent.head_max_len),
+            max_len: opts.max_len.unwrap_or(self.config.max_len),
+            head_max_len: opts.head_max_len.unwrap_or(self.config.head_max_len),
         }
     }
 
@@ -145,7 +173,7 @@ impl<F: Forward> Engine<F> {
         questions: &[Question],
         heads: &[Head],
         budget: Budget,
-    ) -> Result<Vec<EncodedRow>, DecideError> {
+    ) -> Result<Vec<EncodedRow>, PredictError> {
         let state_ids = self.tokenizer.encode(&state_text(&self.tokenizer, state))?;
         let truncate_left = matches!(state, Value::Array(_));
         questions
@@ -153,19 +181,19 @@ impl<F: Forward> Engine<F> {
             .zip(heads)
             .map(|(q, head)| {
                 layout::build_sequence(&self.tokenizer, q, head, &state_ids, truncate_left, budget)
-                    .map_err(DecideError::from)
+                    .map_err(PredictError::from)
             })
             .collect()
     }
 
     /// Lays out the rows of every state without running the model (for parity tests and
     /// for callers that batch across requests).
-    pub fn layout(
+    pub fn layout<S: Borrow<Value>>(
         &self,
-        states: &[Value],
+        states: &[S],
         questions: &[Question],
         opts: &BatchOptions,
-    ) -> Result<Vec<Vec<EncodedRow>>, DecideError> {
+    ) -> Result<Vec<Vec<EncodedRow>>, PredictError> {
         let budget = self.budget(opts);
         let heads = questions
             .iter()
@@ -173,18 +201,18 @@ impl<F: Forward> Engine<F> {
             .collect::<Result<Vec<_>, _>>()?;
         states
             .iter()
-            .map(|s| self.encode_state(s, questions, &heads, budget))
+            .map(|s| self.encode_state(s.borrow(), questions, &heads, budget))
             .collect()
     }
 
     /// Upstream `predict_batch`: the same questions over every state, `batch_size` states per
     /// forward pass. An empty question set answers without tokenizing or running the model.
-    pub fn predict_batch(
+    pub fn predict_batch<S: Borrow<Value>>(
         &mut self,
-        states: &[Value],
+        states: &[S],
         questions: &[Question],
         opts: &BatchOptions,
-    ) -> Result<Vec<StateResult>, DecideError> {
+    ) -> Result<Vec<StateResult>, PredictError> {
         if questions.is_empty() {
             return Ok(states
                 .iter()
@@ -210,27 +238,28 @@ impl<F: Forward> Engine<F> {
             let rows: Vec<Row> = group.iter().flatten().map(|e| e.row.clone()).collect();
             let outputs = self.forward.forward(&rows)?;
             if outputs.len() != rows.len() {
-                return Err(EngineError::new(format!(
-                    "the engine returned {} rows for {} inputs",
-                    outputs.len(),
-                    rows.len()
-                ))
+                return Err(EngineError::Mismatch {
+                    what: "rows",
+                    got: outputs.len(),
+                    expected: rows.len(),
+                }
                 .into());
             }
             let mut outputs = outputs.into_iter();
             for items in group {
                 let mut answers = Vec::with_capacity(questions.len());
                 for (q, item) in questions.iter().zip(items) {
-                    let out = outputs
-                        .next()
-                        .ok_or_else(|| EngineError::new("missing row output"))?;
+                    // The row count was checked above.
+                    let Some(out) = outputs.next() else { break };
                     if out.logits.len() != item.row.markers.len() {
-                        return Err(EngineError::new(
-                            "the engine returned the wrong number of logits",
-                        )
+                        return Err(EngineError::Mismatch {
+                            what: "logits",
+                            got: out.logits.len(),
+                            expected: item.row.markers.len(),
+                        }
                         .into());
                     }
-                    answers.push((q.id.clone(), decode::decode(q, &out, &self.agent)));
+                    answers.push((q.id.clone(), decode::decode(q, &out, &self.config)));
                 }
                 results.push(StateResult {
                     answers,
@@ -248,7 +277,7 @@ impl<F: Forward> Engine<F> {
         state: &Value,
         questions: &[Question],
         opts: &LongOptions,
-    ) -> Result<LongScan, DecideError> {
+    ) -> Result<LongScan, PredictError> {
         let budget = self.budget(&BatchOptions::default());
         let heads = questions
             .iter()
@@ -296,7 +325,7 @@ impl<F: Forward> Engine<F> {
         state: &Value,
         questions: &[Question],
         opts: &LongOptions,
-    ) -> Result<StateResult, DecideError> {
+    ) -> Result<StateResult, PredictError> {
         let scan = self.long_scan(state, questions, opts)?;
         if scan.windows.is_empty() {
             let mut single = self
@@ -463,7 +492,7 @@ pub fn plan_windows(
     heads: &[Head],
     budget: Budget,
     opts: &LongOptions,
-) -> Result<WindowPlan, DecideError> {
+) -> Result<WindowPlan, WindowError> {
     let window = opts.window.filter(|&w| w > 0);
     let stride = opts.stride.filter(|&s| s > 0);
     let requested = window.unwrap_or_else(|| default_window(budget));
@@ -473,12 +502,10 @@ pub fn plan_windows(
         .min()
         .unwrap_or(requested);
     if room == 0 {
-        return Err(DecideError::Invalid(format!(
-            "predict_long: the questions' options fill the whole sequence (max_len={}, head_max_len={}), \
-             leaving no room for the state; no window can carry any of it. A label set this large is what \
-             laya.shortlist.predict_shortlist is for",
-            budget.max_len, budget.head_max_len
-        )));
+        return Err(WindowError::NoRoom {
+            max_len: budget.max_len,
+            head_max_len: budget.head_max_len,
+        });
     }
     let size = requested.min(room);
     let mut step = stride.unwrap_or((size / 2).max(1));
@@ -486,15 +513,11 @@ pub fn plan_windows(
         if size < requested && stride.is_some_and(|s| s <= requested) {
             step = (size / 2).max(1);
         } else {
-            return Err(DecideError::Invalid(format!(
-                "predict_long: stride={} steps past the {}-token window{}, so {} tokens between every pair of \
-                 windows would be read by no window at all; pass stride <= {}",
-                step,
+            return Err(WindowError::StrideTooLong {
+                stride: step,
                 size,
-                if size < requested { " these questions leave room for" } else { "" },
-                step - size,
-                size
-            )));
+                capped: size < requested,
+            });
         }
     }
     Ok(WindowPlan { size, step, room })

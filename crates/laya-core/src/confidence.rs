@@ -1,10 +1,10 @@
 //! Confidence reporting after decoding: the `min_confidence` abstention gate (upstream
 //! `laya.confidence.apply_confidence_gate`) and Jev's confidence formula (`x_jev_confidence`).
 
+use crate::agent::StateResult;
 use crate::config::{temp_bucket, QType};
 use crate::decode::{Answer, AnswerBody, Gate};
-use crate::engine_api::StateResult;
-use crate::pyjson::round4;
+use pyjson::round4;
 
 /// A validated `min_confidence`: one threshold, or per option-count bucket (`"choice:3-5"`,
 /// ..., plus `"default"`).

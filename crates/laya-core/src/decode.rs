@@ -6,8 +6,8 @@
 
 use crate::config::{AgentConfig, QType};
 use crate::engine::RowLogits;
-use crate::pyjson::{round4, Value};
 use crate::question::{Kind, Question};
+use pyjson::{round4, Value};
 
 /// One decoded answer, in the fields and order upstream emits them.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,6 @@
 //! The seam between the request rules (this crate) and the tensor engines (`laya-mlx`,
-//! later `laya-cuda`): plain data in, plain data out, so an engine knows nothing of
-//! questions, JSON or HTTP, and a batcher can sit on the same seam.
+//! `laya-cuda`): plain data in, plain data out, so an engine knows nothing of questions, JSON
+//! or HTTP, and a batcher can sit on the same seam.
 
 use crate::config::QType;
 
@@ -24,20 +24,49 @@ pub struct RowLogits {
     pub act_logits: Vec<f32>,
 }
 
-/// Why a forward pass failed. Engines wrap their own error into `message`: the server turns
-/// any engine failure into upstream's 500 `inference failed`, never showing the text.
+/// Why a forward pass failed. The server answers any engine failure with upstream's 500
+/// `inference failed` and logs this error, never showing it to the client.
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct EngineError {
-    pub message: String,
+pub enum EngineError {
+    /// The engine's own failure (device, kernel, a row it refused), kept as the source.
+    #[error("{engine} engine: {source}")]
+    Backend {
+        engine: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An engine answered a different number of rows or logits than it was given (a bug in
+    /// that engine).
+    #[error("the engine returned {got} {what} for {expected}")]
+    Mismatch {
+        what: &'static str,
+        got: usize,
+        expected: usize,
+    },
 }
 
 impl EngineError {
-    pub fn new(message: impl Into<String>) -> Self {
-        EngineError {
-            message: message.into(),
+    /// Wraps an engine's own error.
+    pub fn backend(
+        engine: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> EngineError {
+        EngineError::Backend {
+            engine,
+            source: source.into(),
         }
     }
+}
+
+/// What the server reports about an engine (the ready line, `/health`, benchmark reports).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// Which engine: `mlx`, `cuda`, or a test engine's name.
+    pub engine: &'static str,
+    /// The device in upstream's (PyTorch's) vocabulary: `cpu`, `cuda`, `mps`.
+    pub device: String,
+    /// The compute precision: `f32` or `f16`.
+    pub precision: &'static str,
 }
 
 /// A forward pass over rows that are run together (one "pass" in upstream's terms).
@@ -46,6 +75,43 @@ impl EngineError {
 /// floating-point rounding; rows are never padded against each other in matmul work.
 pub trait Forward {
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError>;
+
+    /// What this engine is and where it runs.
+    fn info(&self) -> EngineInfo;
+
+    /// One-time work before the first request (kernel compilation, graph capture), each
+    /// engine with its own ladder of shapes; the server runs it before it reports ready.
+    fn warm(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// An engine chosen at run time (`--engine`) behind the same seam.
+impl<F: Forward + ?Sized> Forward for Box<F> {
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
+        (**self).forward(rows)
+    }
+
+    fn info(&self) -> EngineInfo {
+        (**self).info()
+    }
+
+    fn warm(&mut self) -> Result<(), EngineError> {
+        (**self).warm()
+    }
+}
+
+/// Rows of the given lengths for warming an engine up: valid for any vocabulary (token 0),
+/// two option markers each. Their answers mean nothing; their shapes are what counts.
+pub fn warm_rows(lengths: &[usize]) -> Vec<Row> {
+    lengths
+        .iter()
+        .map(|&len| Row {
+            ids: vec![0; len.max(4)],
+            markers: vec![1, 2],
+            qtype: QType::Choice,
+        })
+        .collect()
 }
 
 /// Checks what every engine needs of its rows: tokens, at most `max_tokens` of them, ids

@@ -191,7 +191,7 @@ pub fn build_sequence(
         .collect();
     if markers.len() != head.options.options {
         return Err(MarkersDoNotFit {
-            qid: crate::pyjson::repr_str(&q.id),
+            qid: pyjson::repr_str(&q.id),
             fit: markers.len(),
             total: head.options.options,
             max_len: budget.max_len,

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::config::QType;
-use crate::pyjson::{self, Object, Value};
+use pyjson::{Object, Value};
 
 /// A question that passed upstream's checks, normalised for the layout and the decoder.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,13 +1,17 @@
-//! Answers and usage as upstream's response JSON: `json.dumps(..., ensure_ascii=False,
-//! allow_nan=False, separators=(",", ":"))` with upstream's key order.
+//! Decisions as upstream's response JSON: `json.dumps(..., ensure_ascii=False,
+//! allow_nan=False, separators=(",", ":"))` with upstream's key order, in full (spec api.md §6)
+//! or in strict Jev mode (§6.7), for one state ([`single_body`]) or a batch ([`batch_body`]).
 //!
 //! The text is written directly instead of through a generic value tree because key order,
 //! Python float spelling and duplicate keys (`{"1": .., "1": ..}` for labels `"1"` and `1`) are
 //! part of the wire contract.
 
+use pyjson::{Style, Value};
+
+use crate::agent::{StateResult, Truncated, Usage};
+use crate::decide::{Decided, StateDecision};
 use crate::decode::{Answer, AnswerBody};
-use crate::engine_api::{StateResult, Truncated, Usage};
-use crate::pyjson::{self, Style, Value};
+use crate::tournament::Report;
 
 /// A non-finite float reached the response (a `NaN`/`Infinity` choice label). Upstream's
 /// `json.dumps(allow_nan=False)` raises here and the server answers 422 with this text.
@@ -84,8 +88,23 @@ fn write_legend(out: &mut String, legend: &[String]) {
     out.push('}');
 }
 
-/// One answer object, keys in upstream's order.
-pub fn write_answer(out: &mut String, a: &Answer) -> Result<(), NonFinite> {
+/// Which of upstream's two renderings (`LAYA_JEV_STRICT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Output {
+    /// Every key upstream sends, `routing` and `x_jev_confidence` included.
+    #[default]
+    Full,
+    /// Only the keys of Jev's contract, in Jev's order.
+    JevStrict,
+}
+
+/// One answer object, keys in upstream's order; a narrowed choice's `x_tournament` report
+/// comes after the gate keys and before `x_jev_confidence`.
+pub fn write_answer(
+    out: &mut String,
+    a: &Answer,
+    tournament: Option<&Report>,
+) -> Result<(), NonFinite> {
     out.push('{');
     key(out, "type");
     pyjson::write_str(out, a.body.type_name());
@@ -159,6 +178,11 @@ pub fn write_answer(out: &mut String, a: &Answer) -> Result<(), NonFinite> {
         key(out, "abstention_threshold");
         float(out, g.threshold)?;
     }
+    if let Some(report) = tournament {
+        out.push(',');
+        key(out, "x_tournament");
+        report.write_json(out);
+    }
     if let Some(x) = a.x_jev_confidence {
         out.push(',');
         key(out, "x_jev_confidence");
@@ -169,14 +193,19 @@ pub fn write_answer(out: &mut String, a: &Answer) -> Result<(), NonFinite> {
 }
 
 /// `{"qid": answer, ...}` in request order.
-pub fn write_answers(out: &mut String, answers: &[(String, Answer)]) -> Result<(), NonFinite> {
+pub fn write_answers(
+    out: &mut String,
+    answers: &[(String, Answer)],
+    tournament: &[(String, Report)],
+) -> Result<(), NonFinite> {
     out.push('{');
     for (i, (qid, a)) in answers.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
         key(out, qid);
-        write_answer(out, a)?;
+        let report = tournament.iter().find(|(id, _)| id == qid).map(|(_, r)| r);
+        write_answer(out, a, report)?;
     }
     out.push('}');
     Ok(())
@@ -234,28 +263,76 @@ pub fn write_usage(out: &mut String, u: &Usage) {
     out.push('}');
 }
 
-/// `{"model":"laya-rl-agent","answers":...,"usage":...}` without the closing brace, so the
-/// server can append `routing`.
-pub fn write_result_open(out: &mut String, r: &StateResult) -> Result<(), NonFinite> {
-    out.push_str("{\"model\":\"laya-rl-agent\",\"answers\":");
-    write_answers(out, &r.answers)?;
+/// `"model":"laya-rl-agent","answers":...,"usage":...`: the members of a result object
+/// that `predict_batch` / `predict_long` return too (the server adds `routing`).
+pub fn write_result_members(
+    out: &mut String,
+    r: &StateResult,
+    tournament: &[(String, Report)],
+) -> Result<(), NonFinite> {
+    out.push_str("\"model\":\"laya-rl-agent\",\"answers\":");
+    write_answers(out, &r.answers, tournament)?;
     out.push_str(",\"usage\":");
     write_usage(out, &r.usage);
     Ok(())
 }
 
-/// The whole result object as `predict_batch`/`predict_long` return it.
+/// The result object as `predict_batch` / `predict_long` return it (no `routing`).
 pub fn result_json(r: &StateResult) -> Result<String, NonFinite> {
-    let mut out = String::new();
-    write_result_open(&mut out, r)?;
+    let mut out = String::from("{");
+    write_result_members(&mut out, r, &[])?;
     out.push('}');
+    Ok(out)
+}
+
+/// One state's payload as the server sends it.
+pub fn write_state(out: &mut String, s: &StateDecision, output: Output) -> Result<(), NonFinite> {
+    match output {
+        Output::Full => {
+            out.push('{');
+            write_result_members(out, &s.result, &s.tournament)?;
+            out.push_str(",\"routing\":");
+            s.routing.write_json(out);
+            out.push('}');
+            Ok(())
+        }
+        Output::JevStrict => write_result_strict(out, &s.result),
+    }
+}
+
+/// The body of a `POST /v1/systemone` answer (the decision's one state).
+pub fn single_body(d: &Decided, output: Output) -> Result<String, NonFinite> {
+    let mut out = String::with_capacity(1024);
+    for s in d.states.iter().take(1) {
+        write_state(&mut out, s, output)?;
+    }
+    Ok(out)
+}
+
+/// The body of a `POST /v1/systemone/batch` answer: `results` in state order, then
+/// `total_usage` (§7).
+pub fn batch_body(d: &Decided, output: Output) -> Result<String, NonFinite> {
+    let mut out = String::with_capacity(1024 * d.states.len().max(1));
+    out.push_str("{\"results\":[");
+    let (mut input_tokens, mut output_tokens) = (0, 0);
+    for (i, s) in d.states.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        input_tokens += s.result.usage.input_tokens;
+        output_tokens += s.result.usage.output_tokens;
+        write_state(&mut out, s, output)?;
+    }
+    out.push_str(&format!(
+        "],\"total_usage\":{{\"input_tokens\":{input_tokens},\"output_tokens\":{output_tokens}}}}}"
+    ));
     Ok(out)
 }
 
 /// Strict Jev mode (`LAYA_JEV_STRICT`): only the contracted keys, in Jev's order
 /// (choice: `type, choice, confidence, probabilities`; score: `type, score, confidence,
 /// probabilities, legend`; noul: `type, noul`; usage: the two token counts), no `routing`.
-pub fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonFinite> {
+fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonFinite> {
     out.push_str("{\"model\":\"laya-rl-agent\",\"answers\":{");
     for (i, (qid, a)) in r.answers.iter().enumerate() {
         if i > 0 {

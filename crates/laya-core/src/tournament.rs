@@ -14,13 +14,42 @@
 //! A "call" is upstream's `Router.predict`: routing, loading, question checks and the forward
 //! pass. [`run`] takes it as a closure so the elimination logic is independent of the engine.
 
-use laya_core::decode::AnswerBody;
-use laya_core::engine_api::StateResult;
-use laya_core::pyjson::{py_repr, py_same_or_equal, repr_str, Object, Value};
-use laya_core::request::MAX_CHOICE_OPTIONS;
-use laya_core::routing::Routing;
+//!
+//! Rounds are question *objects*, not parsed questions: upstream rewrites the request's
+//! question dicts and sends each round through the whole call, validation included, so a
+//! round's question errors name the round's ids (`'0'`, `'1'`, ...) as upstream's do.
 
-use crate::worker::Failure;
+use pyjson::{py_repr, py_same_or_equal, repr_str, Object, Value};
+
+use crate::agent::StateResult;
+use crate::decode::AnswerBody;
+use crate::request::MAX_CHOICE_OPTIONS;
+use crate::routing::Routing;
+
+/// Why a tournament could not be played; upstream raises each of these inside inference.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TournamentError {
+    #[error("choice criteria must contain at least one option")]
+    EmptyCriteria,
+    /// `label` is Python's `repr` of the repeated label.
+    #[error("choice criteria label {label} is duplicated")]
+    DuplicateLabel { label: String },
+    #[error("question {}: a choice is narrowed by elimination once a request has one over {MAX_CHOICE_OPTIONS} options, and that needs every label to be a string", repr_str(.qid))]
+    NonStringLabel { qid: String },
+    #[error("question {} is a choice but has no criteria", repr_str(.qid))]
+    NoCriteria { qid: String },
+    /// What upstream hits as a `TypeError` or `KeyError` (an unhashable label, criteria of
+    /// another type), or a round that answered no choice.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl TournamentError {
+    /// Whether upstream raises this as a `ValueError` (the caller's mistake, 422).
+    pub fn is_caller_error(&self) -> bool {
+        !matches!(self, TournamentError::Internal(_))
+    }
+}
 
 /// What `x_tournament` reports for a narrowed choice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +70,7 @@ impl Report {
             if i > 0 {
                 out.push(',');
             }
-            laya_core::pyjson::write_str(out, label);
+            pyjson::write_str(out, label);
         }
         out.push_str(&format!("],\"rounds\":{}", self.rounds));
         if self.option_order_dropped {
@@ -68,25 +97,23 @@ fn choice_question(q: &Value) -> Option<&Object> {
 /// `shortlist._criteria_items`: the labels of a choice's criteria, in criteria order. A label
 /// repeated under Python equality is a `ValueError` (422); a list or dict label is unhashable,
 /// a `TypeError` upstream, hence 500.
-fn criteria_items(criteria: &Value) -> Result<Vec<Value>, Failure> {
+fn criteria_items(criteria: &Value) -> Result<Vec<Value>, TournamentError> {
     let items: Vec<Value> = match criteria {
         Value::Object(o) => o.keys().map(|k| Value::Str(k.to_owned())).collect(),
         Value::Array(a) => a.clone(),
         other => {
-            return Err(Failure::Internal(format!(
+            return Err(TournamentError::Internal(format!(
                 "choice criteria must be a dict or list, got {}",
                 other.type_name()
             )))
         }
     };
     if items.is_empty() {
-        return Err(Failure::Invalid(
-            "choice criteria must contain at least one option".to_owned(),
-        ));
+        return Err(TournamentError::EmptyCriteria);
     }
     for (i, label) in items.iter().enumerate() {
         if matches!(label, Value::Array(_) | Value::Object(_)) {
-            return Err(Failure::Internal(format!(
+            return Err(TournamentError::Internal(format!(
                 "unhashable type: '{}'",
                 label.type_name()
             )));
@@ -94,10 +121,9 @@ fn criteria_items(criteria: &Value) -> Result<Vec<Value>, Failure> {
         // Set membership: Python `is` or `==` (1, 1.0 and True are one label; every JSON NaN
         // is the same object).
         if items[..i].iter().any(|seen| py_same_or_equal(seen, label)) {
-            return Err(Failure::Invalid(format!(
-                "choice criteria label {} is duplicated",
-                py_repr(label)
-            )));
+            return Err(TournamentError::DuplicateLabel {
+                label: py_repr(label),
+            });
         }
     }
     Ok(items)
@@ -109,7 +135,7 @@ fn criteria_items(criteria: &Value) -> Result<Vec<Value>, Failure> {
 /// 100 options), a choice with an `option_order` or a non-string label keeps the one-pass
 /// path for the whole request; once one is over 100, the request is narrowed (orders dropped)
 /// and a non-string label on a narrowed choice is refused.
-pub fn plan(questions: &Object, group: usize) -> Result<Option<Plan>, Failure> {
+pub fn plan(questions: &Object, group: usize) -> Result<Option<Plan>, TournamentError> {
     let mut large: Plan = Vec::new();
     for (qid, q) in questions.iter() {
         let Some(q) = choice_question(q) else {
@@ -143,11 +169,7 @@ pub fn plan(questions: &Object, group: usize) -> Result<Option<Plan>, Failure> {
         .any(|(_, labels)| labels.len() > MAX_CHOICE_OPTIONS)
     {
         if let Some((qid, _)) = unmappable {
-            return Err(Failure::Invalid(format!(
-                "question {}: a choice is narrowed by elimination once a request has one over {MAX_CHOICE_OPTIONS} \
-                 options, and that needs every label to be a string",
-                repr_str(qid)
-            )));
+            return Err(TournamentError::NonStringLabel { qid: qid.clone() });
         }
         return Ok(Some(large));
     }
@@ -160,21 +182,20 @@ pub fn plan(questions: &Object, group: usize) -> Result<Option<Plan>, Failure> {
 
 /// `dict(question, criteria=<labels' subset>)` without its `option_order`
 /// (`shortlist._subset_criteria` and `_drop_stale_order`).
-fn cut(question: &Object, labels: &[Value]) -> Result<Value, Failure> {
+fn cut(question: &Object, labels: &[Value]) -> Result<Value, TournamentError> {
     let criteria = match question.get("criteria") {
         Some(Value::Object(c)) => {
             let mut subset = Object::new();
             for label in labels {
                 let Value::Str(key) = label else {
-                    return Err(Failure::Internal(format!(
+                    return Err(TournamentError::Internal(format!(
                         "tournament label {} is not a criteria key",
                         py_repr(label)
                     )));
                 };
-                let value = c
-                    .get(key)
-                    .cloned()
-                    .ok_or_else(|| Failure::Internal(format!("KeyError: {}", repr_str(key))))?;
+                let value = c.get(key).cloned().ok_or_else(|| {
+                    TournamentError::Internal(format!("KeyError: {}", repr_str(key)))
+                })?;
                 subset.insert(key.clone(), value);
             }
             Value::Object(subset)
@@ -205,12 +226,15 @@ struct Entry {
 /// `serve._predict_with_tournament` for one state: the elimination rounds, the final call,
 /// then the answer reshaped as upstream does (every label in `probabilities`, `x_tournament`).
 /// `usage.input_tokens` sums every call; everything else is the final call's.
-pub fn run(
+pub fn run<E>(
     questions: &Object,
     group: usize,
     plan: &Plan,
-    mut call: impl FnMut(&Object) -> Result<(StateResult, Routing), Failure>,
-) -> Result<Narrowed, Failure> {
+    mut call: impl FnMut(&Object) -> Result<(StateResult, Routing), E>,
+) -> Result<Narrowed, E>
+where
+    E: From<TournamentError>,
+{
     // predict_tournament: every choice question takes part (those within `group` play no round).
     let mut meta: Vec<Entry> = Vec::new();
     for (qid, q) in questions.iter() {
@@ -218,10 +242,10 @@ pub fn run(
             continue;
         };
         let Some(criteria) = q.get("criteria") else {
-            return Err(Failure::Invalid(format!(
-                "question {} is a choice but has no criteria",
-                repr_str(qid)
-            )));
+            return Err(TournamentError::NoCriteria {
+                qid: qid.to_owned(),
+            }
+            .into());
         };
         meta.push(Entry {
             qid: qid.to_owned(),
@@ -233,7 +257,7 @@ pub fn run(
         questions
             .get(qid)
             .and_then(Value::as_object)
-            .ok_or_else(|| Failure::Internal(format!("no question {qid}")))
+            .ok_or_else(|| TournamentError::Internal(format!("no question {qid}")))
     };
     let mut input_tokens = 0;
     loop {
@@ -269,7 +293,9 @@ pub fn run(
                     AnswerBody::Choice { choice, .. } => Some(choice.clone()),
                     _ => None,
                 })
-                .ok_or_else(|| Failure::Internal(format!("round answer {id} is missing")))?;
+                .ok_or_else(|| {
+                    TournamentError::Internal(format!("round answer {id} is missing"))
+                })?;
             match winners.iter_mut().find(|(w, _)| w == m) {
                 Some((_, labels)) => labels.push(choice),
                 None => winners.push((*m, vec![choice])),
@@ -338,7 +364,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use laya_core::pyjson::loads;
+    use pyjson::loads;
 
     fn object(text: &str) -> Object {
         match loads(text.as_bytes()).expect("json").value {
@@ -388,19 +414,19 @@ mod tests {
         .unwrap()
         .is_some());
         match plan(&q(&format!("[{},1]", labels(101)), ""), 16) {
-            Err(Failure::Invalid(m)) => assert_eq!(
-                m,
+            Err(e) => assert_eq!(
+                e.to_string(),
                 "question 'q': a choice is narrowed by elimination once a request has one over 100 options, and that needs every label to be a string"
             ),
             other => panic!("{other:?}"),
         }
         match plan(&q(&format!("[{},\"o3\"]", labels(20)), ""), 16) {
-            Err(Failure::Invalid(m)) => assert_eq!(m, "choice criteria label 'o3' is duplicated"),
+            Err(e) => assert_eq!(e.to_string(), "choice criteria label 'o3' is duplicated"),
             other => panic!("{other:?}"),
         }
         assert!(matches!(
             plan(&q(&format!("[{},[1]]", labels(20)), ""), 16),
-            Err(Failure::Internal(_))
+            Err(TournamentError::Internal(_))
         ));
     }
 
@@ -412,9 +438,9 @@ mod tests {
         ));
         let plan = plan(&qs, 16).unwrap().unwrap();
         let mut calls: Vec<Object> = Vec::new();
-        let fake = |round: &Object| -> Result<(StateResult, Routing), Failure> {
+        let fake = |round: &Object| -> Result<(StateResult, Routing), TournamentError> {
             calls.push(round.clone());
-            Err(Failure::Internal("stop".into()))
+            Err(TournamentError::Internal("stop".into()))
         };
         assert!(run(&qs, 16, &plan, fake).is_err());
         let round = &calls[0];

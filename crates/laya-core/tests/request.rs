@@ -2,55 +2,66 @@
 //! checks (§7), against upstream's recorded references and the numbered §13 cases.
 
 use laya_core::confidence::MinConfidence;
-use laya_core::pyjson::{self, Value};
 use laya_core::request::{
-    batch_chunk_size, parse_batch, parse_decision, state_length, tournament_group, ApiError,
-    BatchRequest, DecisionRequest, Limits,
+    batch_chunk_size, parse_batch, parse_decision, state_length, tournament_group, BatchRequest,
+    DecisionRequest, Limits, RequestError, RequestErrorKind,
 };
+use laya_core::routing::RoutingConfig;
 use laya_fixtures::fixtures_dir;
+use pyjson::Value;
 
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-fn no_model_check(_: &Value) -> Result<(), ApiError> {
-    Ok(())
-}
-
-/// Stand-in for the §4.5 model check (the real one lives in `crate::routing`): refuses what a
-/// path-like model would be refused for, with a recognisable detail.
-fn stub_model_check(v: &Value) -> Result<(), ApiError> {
-    let text = pyjson::py_str(v);
-    if !v.is_null() && (text.contains('/') || text.starts_with('.')) {
-        return Err(ApiError::new(
-            422,
-            format!("unknown model {}; stub", pyjson::py_repr(v)),
-        ));
+/// The status the server answers each class of refusal with (sys1rust's `ApiError`; spec
+/// api.md §5.1), so the cases below read as the spec's tables do.
+fn status(e: &RequestError) -> u16 {
+    match e.kind() {
+        RequestErrorKind::Malformed => 400,
+        RequestErrorKind::TooLarge => 413,
+        RequestErrorKind::Invalid => 422,
+        RequestErrorKind::Uncaught => 500,
     }
-    Ok(())
 }
 
-fn dec(body: impl AsRef<[u8]>) -> Result<DecisionRequest, ApiError> {
-    parse_decision(body.as_ref(), &Limits::default(), no_model_check)
+/// The registry of the three built-in names (what `model` is resolved against).
+fn registry() -> RoutingConfig {
+    RoutingConfig::default()
 }
 
-fn batch(body: impl AsRef<[u8]>) -> Result<BatchRequest, ApiError> {
-    parse_batch(body.as_ref(), &Limits::default(), no_model_check)
+/// Upstream's refusal of a `model` naming a path (§4.5), for the value `'a/b'`.
+const MODEL_A_B: &str = "unknown model 'a/b'; choose one of ['english', 'multilingual', 'typed-decisions'] (or an alias: ['decisions', 'default', 'en', 'laya', 'laya-multilingual', 'laya-typed-decisions', 'ml', 'multi', 'typed', 'typed_decisions']), or omit model to let the router choose";
+
+fn dec(body: impl AsRef<[u8]>) -> Result<DecisionRequest, RequestError> {
+    parse_decision(body.as_ref(), &Limits::default(), &registry())
+}
+
+fn batch(body: impl AsRef<[u8]>) -> Result<BatchRequest, RequestError> {
+    parse_batch(body.as_ref(), &Limits::default(), &registry())
 }
 
 #[track_caller]
-fn expect_err<T: std::fmt::Debug>(r: Result<T, ApiError>, status: u16, detail: &str) {
+fn expect_err<T: std::fmt::Debug>(r: Result<T, RequestError>, want: u16, detail: &str) {
     match r {
-        Ok(v) => panic!("expected {status} {detail:?}, got Ok({v:?})"),
-        Err(e) => assert_eq!((e.status, e.detail.as_str()), (status, detail)),
+        Ok(v) => panic!("expected {want} {detail:?}, got Ok({v:?})"),
+        Err(e) => assert_eq!((status(&e), e.to_string().as_str()), (want, detail)),
     }
 }
 
 #[track_caller]
-fn ok<T>(r: Result<T, ApiError>) -> T {
+fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
     match r {
         Ok(v) => v,
         Err(e) => panic!("expected Ok, got {e}"),
     }
+}
+
+/// The response body upstream renders for a refusal: `{"detail": ...}`, or Starlette's text.
+fn body_of(e: &RequestError) -> String {
+    if e.kind() == RequestErrorKind::Uncaught {
+        return e.to_string();
+    }
+    format!("{{\"detail\":{}}}", json_str(&e.to_string()))
 }
 
 const Q1: &str = r#"{"dept":{"type":"choice","instructions":"which team?","criteria":{"billing":"refunds","tech":"bugs"}}}"#;
@@ -147,9 +158,8 @@ const FAIL_LATER: &[&str] = &[
     "x34_question_not_dict",
 ];
 
-/// Not this module's: x25 needs the real §4.5 model check (`crate::routing`, step 11); x37/x38
-/// are framework routing (step 0) and GET requests.
-const NOT_OURS: &[&str] = &["x25_model_path", "x37_get_systemone", "x38_not_found"];
+/// Not this module's: x37/x38 are framework routing (step 0) and GET requests.
+const NOT_OURS: &[&str] = &["x37_get_systemone", "x38_not_found"];
 
 /// Every failure of steps 6-14 / the batch checks the edge workload records.
 const OURS: &[&str] = &[
@@ -167,6 +177,7 @@ const OURS: &[&str] = &[
     "x22_score_null_level",
     "x23_hooks",
     "x24_lone_surrogate",
+    "x25_model_path",
     "x26_max_len_string",
     "x27_max_len_over_cap",
     "x28_lang_not_string",
@@ -190,11 +201,9 @@ fn check_references(checkpoint: &str, workload: &str) -> Vec<String> {
             other => panic!("{id}: status {other:?}"),
         };
         let bytes = request_bytes(req);
-        let result: Result<(), ApiError> = match path {
-            "/v1/systemone" => parse_decision(&bytes, &Limits::default(), no_model_check).map(drop),
-            "/v1/systemone/batch" => {
-                parse_batch(&bytes, &Limits::default(), no_model_check).map(drop)
-            }
+        let result: Result<(), RequestError> = match path {
+            "/v1/systemone" => parse_decision(&bytes, &Limits::default(), &registry()).map(drop),
+            "/v1/systemone/batch" => parse_batch(&bytes, &Limits::default(), &registry()).map(drop),
             other => panic!("{id}: unexpected path {other}"),
         };
         if status == 200 || FAIL_LATER.contains(&id.as_str()) {
@@ -213,12 +222,11 @@ fn check_references(checkpoint: &str, workload: &str) -> Vec<String> {
             }
             Err(e) => {
                 assert_eq!(
-                    i64::from(e.status),
+                    i64::from(self::status(&e)),
                     status,
-                    "{checkpoint}/{workload} {id}: status ({})",
-                    e.detail
+                    "{checkpoint}/{workload} {id}: status ({e})"
                 );
-                assert_eq!(e.body(), want, "{checkpoint}/{workload} {id}: body");
+                assert_eq!(body_of(&e), want, "{checkpoint}/{workload} {id}: body");
             }
         }
         compared.push(id);
@@ -443,13 +451,9 @@ fn tournament_raises_choice_cap() {
     let limits = Limits::from_lookup(|k| (k == "LAYA_TOURNAMENT_GROUP").then(|| "8".to_owned()));
     assert_eq!(limits.max_choice_options, 255);
     let body = |n| format!(r#"{{"state":"x","questions":{{"q":{}}}}}"#, choice(n));
-    ok(parse_decision(
-        body(255).as_bytes(),
-        &limits,
-        no_model_check,
-    ));
+    ok(parse_decision(body(255).as_bytes(), &limits, &registry()));
     expect_err(
-        parse_decision(body(256).as_bytes(), &limits, no_model_check),
+        parse_decision(body(256).as_bytes(), &limits, &registry()),
         413,
         "too many choice options for 'q' (256 > 255)",
     );
@@ -546,9 +550,7 @@ fn c42_to_c48_state_size() {
 
 #[test]
 fn state_measure_details() {
-    let v = |text: &str| {
-        ok(pyjson::loads(text.as_bytes()).map_err(|e| ApiError::new(0, e.to_string()))).value
-    };
+    let v = |text: &str| ok(pyjson::loads(text.as_bytes())).value;
     // `{"k": "\"" * 30000}`: escaping doubles each quote (§5.4 example).
     assert_eq!(
         state_length(
@@ -655,7 +657,7 @@ fn c56_hooks_before_surrogate() {
 
 #[test]
 fn c57_c58_model_check_runs_after_surrogate_and_before_max_len() {
-    let run = |body: &str| parse_decision(body.as_bytes(), &Limits::default(), stub_model_check);
+    let run = |body: &str| parse_decision(body.as_bytes(), &Limits::default(), &registry());
     expect_err(
         run(r#"{"state":"\ud800","questions":{},"model":"a/b"}"#),
         400,
@@ -664,7 +666,7 @@ fn c57_c58_model_check_runs_after_surrogate_and_before_max_len() {
     expect_err(
         run(r#"{"state":"x","questions":{},"model":"a/b","max_len":"z"}"#),
         422,
-        "unknown model 'a/b'; stub",
+        MODEL_A_B,
     ); // 58
        // ... and after the limits and hooks.
     expect_err(
@@ -675,25 +677,27 @@ fn c57_c58_model_check_runs_after_surrogate_and_before_max_len() {
 }
 
 #[test]
-fn model_check_gets_the_raw_value() {
-    let mut seen = Vec::new();
+fn model_check_reads_the_raw_value() {
+    use laya_core::routing::Checkpoint;
+    // Absent and null pin nothing and keep nothing.
     for body in [
         r#"{"state":"x","questions":{}}"#,
         r#"{"state":"x","questions":{},"model":null}"#,
-        r#"{"state":"x","questions":{},"model":["a/b"]}"#,
     ] {
-        ok(parse_decision(body.as_bytes(), &Limits::default(), |m| {
-            seen.push(m.clone());
-            Ok(())
-        }));
+        let r = ok(dec(body));
+        assert_eq!((r.model, r.pin), (None, None));
     }
+    // An alias pins its checkpoint; the raw value is kept as sent.
+    let r = ok(dec(r#"{"state":"x","questions":{},"model":" LAYA "}"#));
     assert_eq!(
-        seen,
-        vec![
-            Value::Null,
-            Value::Null,
-            Value::Array(vec![Value::from("a/b")])
-        ]
+        (r.model, r.pin),
+        (Some(Value::from(" LAYA ")), Some(Checkpoint::English))
+    );
+    // A list is read through Python's str(): `['a/b']` holds a slash, so it names a source.
+    expect_err(
+        dec(r#"{"state":"x","questions":{},"model":["a/b"]}"#),
+        422,
+        &MODEL_A_B.replace("'a/b'", "['a/b']"),
     );
 }
 
@@ -819,7 +823,7 @@ fn c72_to_c75_token_budgets() {
     let r = ok(parse_decision(
         with_q1(r#""max_len":9000"#).as_bytes(),
         &limits,
-        no_model_check,
+        &registry(),
     ));
     assert_eq!(r.opts.max_len, Some(9000));
 }
@@ -908,10 +912,9 @@ fn min_confidence_int_beyond_float_is_an_unhandled_500() {
         Err(e) => e,
         Ok(r) => panic!("expected an error, got {r:?}"),
     };
-    assert!(e.is_unhandled());
     assert_eq!(
-        (e.status, e.body().as_str(), e.content_type()),
-        (500, "Internal Server Error", "text/plain; charset=utf-8")
+        (e.kind(), body_of(&e).as_str()),
+        (RequestErrorKind::Uncaught, "Internal Server Error")
     );
     // A big int that still fits a float is an ordinary 422 with its full digits.
     let big = format!("1{}", "0".repeat(300));
@@ -1163,7 +1166,7 @@ fn c153_batch_empty_questions() {
 
 #[test]
 fn batch_model_check_order() {
-    let run = |body: &str| parse_batch(body.as_bytes(), &Limits::default(), stub_model_check);
+    let run = |body: &str| parse_batch(body.as_bytes(), &Limits::default(), &registry());
     expect_err(
         run(r#"{"states":["\udc00"],"questions":{},"model":"a/b"}"#),
         400,
@@ -1172,7 +1175,7 @@ fn batch_model_check_order() {
     expect_err(
         run(r#"{"states":["x"],"questions":{},"model":"a/b","max_len":"z"}"#),
         422,
-        "unknown model 'a/b'; stub",
+        MODEL_A_B,
     );
 }
 
@@ -1208,7 +1211,7 @@ fn batch_chunking_caps_batch_size() {
     );
     // LAYA_MAX_BATCH_TOKENS.
     let limits = Limits::from_lookup(|k| (k == "LAYA_MAX_BATCH_TOKENS").then(|| "1".to_owned()));
-    let r = ok(parse_batch(body("").as_bytes(), &limits, no_model_check));
+    let r = ok(parse_batch(body("").as_bytes(), &limits, &registry()));
     assert_eq!(r.opts.batch_size, Some(1));
     assert_eq!(batch_chunk_size(3, 2, Some(8192), 131_072), None); // 49 152 tokens
     assert_eq!(batch_chunk_size(64, 1, Some(8192), 131_072), Some(16));
@@ -1250,19 +1253,21 @@ fn env_limits() {
 }
 
 #[test]
-fn api_error_body_is_compact_json() {
-    let e = ApiError::new(
-        422,
-        "lang must be a language code string such as \"de\", or null",
-    );
+fn refusal_bodies_are_compact_json() {
+    let e = RequestError::Lang { key: "lang" };
     assert_eq!(
-        e.body(),
+        body_of(&e),
         r#"{"detail":"lang must be a language code string such as \"de\", or null"}"#
     );
-    assert_eq!(e.content_type(), "application/json");
+    let e = RequestError::TooManyChoiceOptions {
+        qid: "zé\n".into(),
+        count: 101,
+        cap: 100,
+    };
+    // `%r` escapes the newline (`'zé\n'`), and JSON then escapes that backslash.
     assert_eq!(
-        ApiError::new(413, "too many choice options for 'zé\n' (101 > 100)").body(),
-        "{\"detail\":\"too many choice options for 'zé\\n' (101 > 100)\"}"
+        body_of(&e),
+        "{\"detail\":\"too many choice options for 'zé\\\\n' (101 > 100)\"}"
     );
 }
 

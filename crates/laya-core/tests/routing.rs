@@ -7,9 +7,9 @@
 //! directory's name (`"tiny"`, `"tiny-multilingual-shape"`) for all three names; the router
 //! default (`multilingual`) and `LAYA_AUTO_TASK` off.
 
-use laya_core::pyjson::{dumps, loads, Object, Style, Value};
 use laya_core::routing::{resolve_model_field, route, Routing, RoutingConfig};
 use laya_fixtures::fixtures_dir;
+use pyjson::{dumps, loads, Object, Style, Value};
 
 fn get<'a>(o: &'a Object, key: &str) -> &'a Value {
     o.get(key)

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use laya_core::checkpoint::CheckpointTensors;
 use laya_core::config::CheckpointConfig;
-use laya_core::engine::{EngineError, Forward, Row, RowLogits};
+use laya_core::engine::{EngineError, EngineInfo, Forward, Row, RowLogits};
 
 use crate::batch::{self, Bucket};
 use crate::compile;
@@ -324,7 +324,7 @@ impl CudaEngine {
     }
 
     /// Prepares `bucket` ahead of traffic: buffers, GEMM plans and its graph.
-    pub fn warm(&mut self, bucket: Bucket) -> Result<(), ForwardError> {
+    pub fn prepare(&mut self, bucket: Bucket) -> Result<(), ForwardError> {
         if Bucket::for_sizes(bucket.tokens, bucket.selected) != bucket {
             return Err(
                 CudaError::Unavailable(format!("{bucket:?} is not a bucket passes use")).into(),
@@ -1045,9 +1045,23 @@ fn check_supported(cfg: &CheckpointConfig) -> Result<(), LoadError> {
 
 impl Forward for CudaEngine {
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
-        self.run(rows).map_err(|e| {
-            tracing::error!(error = %e, "forward failed");
-            EngineError::from(e)
-        })
+        self.run(rows).map_err(|e| EngineError::backend("cuda", e))
+    }
+
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            engine: "cuda",
+            device: "cuda".to_owned(),
+            precision: "f16",
+        }
+    }
+
+    /// Captures the graphs of [`warm_ladder`], so the first requests replay them.
+    fn warm(&mut self) -> Result<(), EngineError> {
+        for bucket in warm_ladder() {
+            self.prepare(bucket)
+                .map_err(|e| EngineError::backend("cuda", e))?;
+        }
+        Ok(())
     }
 }

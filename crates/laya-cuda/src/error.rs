@@ -69,9 +69,3 @@ pub enum ForwardError {
     #[error(transparent)]
     Cuda(#[from] CudaError),
 }
-
-impl From<ForwardError> for laya_core::engine::EngineError {
-    fn from(e: ForwardError) -> Self {
-        laya_core::engine::EngineError::new(e.to_string())
-    }
-}

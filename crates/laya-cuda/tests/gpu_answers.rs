@@ -6,8 +6,8 @@
 //! Without a usable GPU (no driver, no CUDA 13 libraries) each test prints why and passes:
 //! the workspace must build and test on machines without CUDA.
 
+use laya_core::agent::Agent;
 use laya_core::engine::Row;
-use laya_core::engine_api::Engine;
 use laya_cuda::{Attention, CudaEngine, CudaSettings};
 use laya_fixtures::{
     check_f16_references, decision_cases, fixtures_dir, max_logit_diff, CHECKPOINTS,
@@ -26,14 +26,14 @@ fn gpu() -> bool {
     }
 }
 
-fn engine(ckpt: &str, settings: &CudaSettings) -> Engine<CudaEngine> {
+fn engine(ckpt: &str, settings: &CudaSettings) -> Agent<CudaEngine> {
     let dir = fixtures_dir().join("checkpoints").join(ckpt);
     let forward = CudaEngine::load(&dir, settings).expect("engine loads");
-    Engine::load(&dir, forward).expect("tokenizer and configs load")
+    Agent::load(&dir, forward).expect("tokenizer and configs load")
 }
 
 /// Every pass of rows the references make, as the engine's layout builds them.
-fn reference_passes(engine: &Engine<CudaEngine>, ckpt: &str) -> Vec<Vec<Row>> {
+fn reference_passes(engine: &Agent<CudaEngine>, ckpt: &str) -> Vec<Vec<Row>> {
     let mut out = Vec::new();
     for case in decision_cases(ckpt) {
         if let Ok(passes) = engine.layout(&case.call.states, &case.questions, &case.call.opts) {

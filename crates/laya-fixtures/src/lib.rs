@@ -1,9 +1,11 @@
 //! Test support for every layer: where the shared fixtures are, the reference files upstream
-//! laya 0.4.15 recorded (`references/<checkpoint>/*.jsonl`), and the parity rules of the engine
-//! issue (f32: equal after rounding unless upstream's value sits on a rounding boundary; f16:
-//! probabilities within 1e-2, argmax equal except near ties).
+//! laya 0.4.15 recorded (`references/<checkpoint>/*.jsonl`), engines that answer with
+//! upstream's recorded logits ([`Replay`] for one request's rows, [`Recorded`] for a whole
+//! server's), and the parity rules of the engine issue (f32: equal after rounding unless
+//! upstream's value sits on a rounding boundary; f16: probabilities within 1e-2, argmax equal
+//! except near ties).
 //!
-//! References are read with [`laya_core::pyjson`], so duplicate keys, big integers and float
+//! References are read with [`pyjson`], so duplicate keys, big integers and float
 //! spelling survive exactly as upstream sent them.
 
 mod compare;
@@ -13,8 +15,8 @@ mod unrounded;
 
 pub use compare::{check_f16, check_f32, F16Stats, NumberDiff};
 pub use references::{
-    decision_cases, fixtures_dir, read_jsonl, references, DecisionCall, DecisionCase, RefRow,
-    Reference, Replay, CHECKPOINTS, WORKLOADS,
+    decision_cases, fixtures_dir, read_jsonl, references, DecisionCall, DecisionCase, Recorded,
+    RefRow, Reference, Replay, UnknownRow, CHECKPOINTS, WORKLOADS,
 };
 pub use suites::{check_f16_references, max_logit_diff};
 pub use unrounded::{open_text, unrounded_body, unrounded_like, upstream_results};

@@ -3,11 +3,14 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use laya_core::agent::BatchOptions;
 use laya_core::confidence::MinConfidence;
+use laya_core::decide::Decision;
+use laya_core::request::{parse_batch, parse_decision, Limits};
+use laya_core::routing::RoutingConfig;
 use laya_core::config::QType;
-use laya_core::engine::{EngineError, Forward, Row, RowLogits};
-use laya_core::engine_api::BatchOptions;
-use laya_core::pyjson::{self, Object, Value};
+use laya_core::engine::{EngineError, EngineInfo, Forward, Row, RowLogits};
+use pyjson::{Object, Value};
 
 /// The two stored checkpoints, each with references recorded by upstream.
 pub const CHECKPOINTS: [&str; 2] = ["tiny", "tiny-multilingual-shape"];
@@ -208,48 +211,26 @@ impl Reference {
             .map(|p| p.value)
     }
 
-    /// The decision call a 200 answer of a decision route made, read from the request the
-    /// way upstream's handler reads it (only what the engine needs: states, questions and
-    /// token budgets; validation is the server's job and these requests passed it).
+    /// The decision call a 200 answer of a decision route made: the request read by
+    /// laya-core's own validation, as the server reads it.
     pub fn decision_call(&self) -> Option<DecisionCall> {
         if self.status != 200 || !self.path.starts_with("/v1/systemone") {
             return None;
         }
-        let Some(Value::Object(body)) = self.request_value() else {
-            return None;
-        };
+        let body = self.request_body.as_deref()?;
+        let (limits, routing) = (Limits::default(), RoutingConfig::default());
         let batch = self.path == "/v1/systemone/batch";
-        let states = if batch {
-            list(get(&body, "states")).to_vec()
+        let decision: Decision = if batch {
+            parse_batch(body, &limits, &routing).ok()?.into()
         } else {
-            vec![get(&body, "state").cloned().expect("state")]
-        };
-        let Some(Value::Object(questions)) = get(&body, "questions").cloned() else {
-            return None;
-        };
-        let int = |key: &str| match get(&body, key) {
-            Some(Value::Int(i)) => i.as_i64().map(|x| x as usize),
-            _ => None,
-        };
-        let min_confidence = match get(&body, "min_confidence") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(map)) => Some(MinConfidence::Buckets(
-                map.iter()
-                    .map(|(k, v)| (k.to_owned(), v.as_number_f64().expect("a number")))
-                    .collect(),
-            )),
-            Some(v) => Some(MinConfidence::Scalar(v.as_number_f64().expect("a number"))),
+            parse_decision(body, &limits, &routing).ok()?.into()
         };
         Some(DecisionCall {
             batch,
-            states,
-            questions,
-            min_confidence,
-            opts: BatchOptions {
-                max_len: int("max_len"),
-                head_max_len: int("head_max_len"),
-                batch_size: int("batch_size"),
-            },
+            states: decision.states,
+            questions: decision.questions,
+            opts: decision.opts,
+            min_confidence: decision.min_confidence,
         })
     }
 }
@@ -276,32 +257,44 @@ pub fn references(checkpoint: &str, workload: &str) -> Vec<Reference> {
         .collect()
 }
 
+/// Upstream's recorded outputs per row (`ids`, `markers`, type), in recording order.
+type RowTable = HashMap<(Vec<u32>, Vec<usize>, usize), Vec<RowLogits>>;
+
+fn row_key(r: &Row) -> (Vec<u32>, Vec<usize>, usize) {
+    (r.ids.clone(), r.markers.clone(), r.qtype.index())
+}
+
+fn row_table<'a>(rows: impl Iterator<Item = &'a RefRow>) -> RowTable {
+    let mut table: RowTable = HashMap::new();
+    for r in rows {
+        table.entry(row_key(&r.row)).or_default().push(r.output());
+    }
+    for v in table.values_mut() {
+        v.reverse();
+    }
+    table
+}
+
+/// A row upstream never ran (a layout difference, for [`Replay`]).
+#[derive(Debug, thiserror::Error)]
+#[error("row not in the reference ({tokens} tokens)")]
+pub struct UnknownRow {
+    pub tokens: usize,
+}
+
 /// A [`Forward`] that answers each row with upstream's recorded logits, so layout and
 /// decoding can be checked without a model.
 #[derive(Debug, Default)]
 pub struct Replay {
-    rows: HashMap<(Vec<u32>, Vec<usize>, usize), Vec<RowLogits>>,
+    rows: RowTable,
     /// Rows asked for that upstream never ran (a layout difference).
     pub unknown: Vec<Row>,
 }
 
 impl Replay {
     pub fn new(passes: &[Vec<RefRow>]) -> Replay {
-        let mut rows: HashMap<_, Vec<RowLogits>> = HashMap::new();
-        for r in passes.iter().flatten() {
-            rows.entry((
-                r.row.ids.clone(),
-                r.row.markers.clone(),
-                r.row.qtype.index(),
-            ))
-            .or_default()
-            .push(r.output());
-        }
-        for v in rows.values_mut() {
-            v.reverse();
-        }
         Replay {
-            rows,
+            rows: row_table(passes.iter().flatten()),
             unknown: Vec::new(),
         }
     }
@@ -310,20 +303,97 @@ impl Replay {
 impl Forward for Replay {
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
         rows.iter()
-            .map(|r| {
-                let key = (r.ids.clone(), r.markers.clone(), r.qtype.index());
-                match self.rows.get_mut(&key).and_then(Vec::pop) {
+            .map(
+                |r| match self.rows.get_mut(&row_key(r)).and_then(Vec::pop) {
                     Some(out) => Ok(out),
                     None => {
                         self.unknown.push(r.clone());
-                        Err(EngineError::new(format!(
-                            "row not in the reference ({} tokens)",
-                            r.ids.len()
-                        )))
+                        Err(EngineError::backend(
+                            "replay",
+                            UnknownRow {
+                                tokens: r.ids.len(),
+                            },
+                        ))
                     }
-                }
-            })
+                },
+            )
             .collect()
+    }
+
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            engine: "replay",
+            device: "cpu".to_owned(),
+            precision: "f32",
+        }
+    }
+}
+
+/// An engine for tests of everything but the model: every row upstream ran for a checkpoint
+/// is answered with upstream's logits (several recordings of one row in recording order, the
+/// last one repeated), any other row with logits derived from its tokens — fixed, different
+/// per row and per option, within the spread real logits have. Never fails.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    rows: RowTable,
+}
+
+impl Recorded {
+    /// Every row of every recorded workload of `checkpoint` (smoke, short, edge).
+    pub fn for_checkpoint(checkpoint: &str) -> Recorded {
+        let references: Vec<Reference> = WORKLOADS
+            .iter()
+            .flat_map(|w| references(checkpoint, w))
+            .collect();
+        Recorded {
+            rows: row_table(references.iter().flat_map(|r| r.passes.iter().flatten())),
+        }
+    }
+
+    fn stand_in(r: &Row) -> RowLogits {
+        // FNV-1a over the row, then one xorshift step per value.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for x in r
+            .ids
+            .iter()
+            .map(|&i| i as u64)
+            .chain(r.markers.iter().map(|&m| m as u64))
+        {
+            h = (h ^ x).wrapping_mul(0x0100_0000_01b3);
+        }
+        h ^= r.qtype.index() as u64;
+        let mut next = || {
+            h ^= h << 13;
+            h ^= h >> 7;
+            h ^= h << 17;
+            // In [-4, 4).
+            ((h >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
+        };
+        RowLogits {
+            logits: r.markers.iter().map(|_| next()).collect(),
+            act_logits: vec![next(), next()],
+        }
+    }
+}
+
+impl Forward for Recorded {
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
+        Ok(rows
+            .iter()
+            .map(|r| match self.rows.get_mut(&row_key(r)) {
+                Some(outs) if outs.len() > 1 => outs.pop().unwrap_or_else(|| Self::stand_in(r)),
+                Some(outs) => outs.last().cloned().unwrap_or_else(|| Self::stand_in(r)),
+                None => Self::stand_in(r),
+            })
+            .collect())
+    }
+
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            engine: "recorded",
+            device: "cpu".to_owned(),
+            precision: "f32",
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! Whole checks that every engine's tests run the same way.
 
+use laya_core::agent::Agent;
 use laya_core::decode::{self, Answer};
 use laya_core::engine::{Forward, RowLogits};
-use laya_core::engine_api::Engine;
 
 use crate::{check_f16, decision_cases, DecisionCase, F16Stats};
 
@@ -10,7 +10,7 @@ use crate::{check_f16, decision_cases, DecisionCase, F16Stats};
 /// checked against upstream's f32 answer with the f16 rule ([`check_f16`]). Returns the
 /// statistics, and how many raw-body requests have no upstream rows to compare with. Panics,
 /// naming the reference and question, at the first answer outside the rule.
-pub fn check_f16_references<F: Forward>(engine: &mut Engine<F>, ckpt: &str) -> (F16Stats, usize) {
+pub fn check_f16_references<F: Forward>(engine: &mut Agent<F>, ckpt: &str) -> (F16Stats, usize) {
     let mut stats = F16Stats::default();
     let mut without_rows = 0;
     for case in decision_cases(ckpt) {
@@ -30,7 +30,7 @@ pub fn check_f16_references<F: Forward>(engine: &mut Engine<F>, ckpt: &str) -> (
         for (s, mine) in results.iter().enumerate() {
             for (q, (_, answer)) in questions.iter().zip(&mine.answers) {
                 let r = reference.row(s, &q.id).expect("upstream row");
-                let up: Answer = decode::decode_unrounded(q, &r.output(), &engine.agent);
+                let up: Answer = decode::decode_unrounded(q, &r.output(), &engine.config);
                 check_f16(answer, &up, &mut stats)
                     .unwrap_or_else(|e| panic!("{ctx} {}: {e}", q.id));
             }

@@ -1,12 +1,12 @@
 //! Upstream's own answers before rounding, recomputed from its recorded raw logits, for the
 //! rounding-boundary rule of [`crate::check_f32`].
 
+use laya_core::agent::{Agent, StateResult};
 use laya_core::confidence;
 use laya_core::config::AgentConfig;
 use laya_core::decode;
 use laya_core::decode::Answer;
 use laya_core::engine::RowLogits;
-use laya_core::engine_api::{Engine, StateResult};
 use laya_core::question::parse_questions;
 use laya_core::question::Question;
 use laya_core::render;
@@ -31,9 +31,9 @@ pub fn upstream_results(body: &str) -> Vec<&str> {
 
 /// The result text up to `usage` (what [`upstream_results`] cuts from a body).
 pub fn open_text(r: &StateResult) -> String {
-    let mut s = String::new();
+    let mut s = String::from("{");
     // Non-finite answers cannot come from a 200 reference.
-    let _ = render::write_result_open(&mut s, r);
+    let _ = render::write_result_members(&mut s, r, &[]);
     s
 }
 
@@ -51,7 +51,7 @@ pub fn unrounded_like(answer: &Answer, q: &Question, out: &RowLogits, cfg: &Agen
 /// Upstream's response body with every result's answers unrounded (decoded from upstream's
 /// raw logits with the same gate and `x_jev_confidence`), or `None` when upstream recorded
 /// no rows for this request (raw-body requests).
-pub fn unrounded_body(engine: &mut Engine<Replay>, reference: &Reference) -> Option<String> {
+pub fn unrounded_body(engine: &mut Agent<Replay>, reference: &Reference) -> Option<String> {
     let call = reference.decision_call()?;
     if reference.passes.is_empty() {
         return None;
@@ -69,7 +69,7 @@ pub fn unrounded_body(engine: &mut Engine<Replay>, reference: &Reference) -> Opt
     for (s, r) in results.iter_mut().enumerate() {
         for (q, (_, a)) in questions.iter().zip(r.answers.iter_mut()) {
             let row = reference.row(s, &q.id)?;
-            *a = unrounded_like(a, q, &row.output(), &engine.agent);
+            *a = unrounded_like(a, q, &row.output(), &engine.config);
         }
         let up = upstream_results(&reference.body).get(s).copied()?;
         // Splice the unrounded rendering where upstream's text stands, keeping `routing`.

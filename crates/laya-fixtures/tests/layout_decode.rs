@@ -2,8 +2,8 @@
 //! must lay out to upstream's exact token rows, and decoding upstream's own raw logits must
 //! give upstream's answer and usage text.
 
+use laya_core::agent::Agent;
 use laya_core::confidence;
-use laya_core::engine_api::Engine;
 use laya_fixtures::{
     check_f32, decision_cases, fixtures_dir, open_text, unrounded_like, upstream_results,
     DecisionCase, Replay, CHECKPOINTS,
@@ -17,7 +17,7 @@ fn layout_and_decoding_match_upstream() {
     let mut without_rows = 0;
     for ckpt in CHECKPOINTS {
         let dir = fixtures.join("checkpoints").join(ckpt);
-        let mut engine = Engine::load(&dir, Replay::default()).expect("checkpoint loads");
+        let mut engine = Agent::load(&dir, Replay::default()).expect("checkpoint loads");
         for case in decision_cases(ckpt) {
             let DecisionCase {
                 ctx,
@@ -74,7 +74,7 @@ fn layout_and_decoding_match_upstream() {
                 let mut unrounded = mine.clone();
                 for (q, (_, a)) in questions.iter().zip(unrounded.answers.iter_mut()) {
                     let r = reference.row(s, &q.id).expect("upstream row");
-                    *a = unrounded_like(a, q, &r.output(), &engine.agent);
+                    *a = unrounded_like(a, q, &r.output(), &engine.config);
                 }
                 let diffs = check_f32(&open_text(mine), up_text, &open_text(&unrounded), 1e-6)
                     .unwrap_or_else(|e| panic!("{ctx}: {e}"));

@@ -3,12 +3,12 @@
 //! upstream's error text where it refuses. The answers over those windows need a model and are
 //! checked by the engine crates.
 
-use laya_core::engine_api::{Engine, LongOptions};
-use laya_core::pyjson::Value;
+use laya_core::agent::{Agent, LongOptions};
 use laya_core::question::parse_questions;
 use laya_fixtures::{fixtures_dir, read_jsonl, Replay, CHECKPOINTS};
+use pyjson::Value;
 
-fn int(call: &laya_core::pyjson::Object, key: &str) -> Option<usize> {
+fn int(call: &pyjson::Object, key: &str) -> Option<usize> {
     match call.get(key) {
         Some(Value::Int(i)) => i.as_i64().map(|x| x as usize),
         _ => None,
@@ -20,7 +20,7 @@ fn long_scan_matches_upstream() {
     let fixtures = fixtures_dir();
     let mut checked = 0;
     for ckpt in CHECKPOINTS {
-        let engine = Engine::load(&fixtures.join("checkpoints").join(ckpt), Replay::default())
+        let engine = Agent::load(&fixtures.join("checkpoints").join(ckpt), Replay::default())
             .expect("loads");
         for case in read_jsonl(
             &fixtures

@@ -55,6 +55,9 @@ pub(crate) struct Heads {
     pub contiguous: bool,
     /// Softmax on the host ([`crate::EngineSettings::host_math`]); per-length groups only.
     pub host_softmax: bool,
+    /// Attention on f16 queries, keys and values computed in f32, its output rounded to f16
+    /// (the CPU, which has no fast f16 attention).
+    pub upcast: bool,
 }
 
 impl Heads {
@@ -237,6 +240,22 @@ pub(crate) fn packed_attention(
     window: Window,
     padded: Option<&PaddedBatch>,
 ) -> Result<Array, Exception> {
+    let io = q.dtype();
+    if heads.upcast && io != mlx_rs::Dtype::Float32 {
+        let f32 = |a: &Array| a.as_dtype(mlx_rs::Dtype::Float32);
+        return packed_attention(
+            &f32(q)?,
+            &f32(k)?,
+            &f32(v)?,
+            q_spans,
+            kv_spans,
+            heads,
+            rope_theta,
+            window,
+            padded,
+        )?
+        .as_dtype(io);
+    }
     if let Some(batch) = padded {
         return padded_attention(q, k, v, batch, heads, rope_theta, window);
     }

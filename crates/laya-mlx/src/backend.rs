@@ -33,6 +33,13 @@ pub fn configure_process() -> Vec<(&'static str, String)> {
     applied
 }
 
+/// Points MLX's on-disk cache of compiled GPU kernels (`MLX_PTX_CACHE_DIR`) at `dir`. MLX
+/// reads it at its first run-time compilation; like [`configure_process`], call it before any
+/// other thread exists.
+pub fn set_kernel_cache(dir: &std::path::Path) {
+    std::env::set_var("MLX_PTX_CACHE_DIR", dir);
+}
+
 fn defaults() -> &'static [(&'static str, &'static str)] {
     match BACKEND {
         "cuda" => &[

@@ -14,22 +14,26 @@ use mlx_rs::{ops, Array};
 use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
 use crate::layers::{gelu_erf, LayerNorm, Linear};
-use crate::settings::SlidingAttention;
+use crate::settings::{Kernels, SlidingAttention};
 use crate::weights::TensorStore;
 
 /// A look at an intermediate array, by name.
 pub(crate) type Tap<'a> = dyn FnMut(&str, &Array) -> Result<(), Exception> + 'a;
 
-/// GeGLU on the host ([`crate::host::geglu`]): evaluates `h` (`[T, 2·inter]`, f32) here.
+/// GeGLU on the host ([`crate::host::geglu`]): evaluates `h` (`[T, 2·inter]`) here, in f32,
+/// and returns the result in `h`'s dtype.
 fn host_geglu(h: &Array, inter: usize) -> Result<Array, Exception> {
+    let io = h.dtype();
+    let h = h.as_dtype(mlx_rs::Dtype::Float32)?;
     let values = h
         .try_as_slice::<f32>()
         .map_err(|e| Exception::custom(format!("reading the GeGLU input: {e}")))?;
     let rows = values.len() / (2 * inter);
-    Ok(Array::from_slice(
+    Array::from_slice(
         &crate::host::geglu(values, inter),
         &[rows as i32, inter as i32],
-    ))
+    )
+    .as_dtype(io)
 }
 
 /// The tap of a normal forward: looks at nothing.
@@ -74,9 +78,7 @@ impl Encoder {
         store: &mut TensorStore,
         cfg: &EncoderConfig,
         sliding: SlidingAttention,
-        contiguous_heads: bool,
-        padded: bool,
-        host_math: bool,
+        kernels: Kernels,
     ) -> Result<Self, LoadError> {
         let eps = cfg.norm_eps;
         let norm = |store: &mut TensorStore, name: &str| -> Result<LayerNorm, LoadError> {
@@ -88,7 +90,7 @@ impl Encoder {
         };
         let linear = |store: &mut TensorStore, name: &str| -> Result<Linear, LoadError> {
             let w = store.take(name)?;
-            Linear::new(&w, None).map_err(|source| LoadError::Mlx {
+            Linear::new(&w, None, kernels.upcast).map_err(|source| LoadError::Mlx {
                 context: format!("preparing {name}"),
                 source,
             })
@@ -119,15 +121,16 @@ impl Encoder {
             heads: Heads {
                 heads: cfg.num_attention_heads,
                 head_dim: cfg.head_dim(),
-                contiguous: contiguous_heads,
-                host_softmax: host_math,
+                contiguous: kernels.contiguous_heads,
+                host_softmax: kernels.host_math,
+                upcast: kernels.upcast,
             },
             hidden: cfg.hidden_size,
             intermediate: cfg.intermediate_size,
             half_window: cfg.half_window(),
             sliding,
-            padded,
-            host_geglu: host_math,
+            padded: kernels.padded,
+            host_geglu: kernels.host_math,
         })
     }
 

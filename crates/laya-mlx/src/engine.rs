@@ -10,14 +10,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use laya_core::config::CheckpointConfig;
-use laya_core::engine::{EngineError, Forward, Row, RowLogits};
+use laya_core::engine::{warm_rows, EngineError, EngineInfo, Forward, Row, RowLogits};
 use mlx_rs::{Array, Device, DeviceType, Stream};
 
 use crate::attention::{spans_from_lengths, Span};
 use crate::encoder::{no_tap, Encoder, Tap};
 use crate::error::{ForwardError, LoadError};
 use crate::head::{act_features, ActHead, DecisionHead, Scorer};
-use crate::settings::{DeviceKind, EngineSettings, Precision};
+use crate::settings::{DeviceKind, EngineSettings, Kernels, Precision};
 use crate::weights::TensorStore;
 
 /// A Laya checkpoint loaded on one MLX device, ready to run forward passes.
@@ -106,30 +106,22 @@ impl MlxEngine {
                     )
                 })
         };
-        let padded = settings.padded_attention.unwrap_or(on_gpu);
-        let contiguous_heads = settings.contiguous_heads.unwrap_or(on_gpu);
-        let host_math = settings
-            .host_math
-            .unwrap_or(!on_gpu && precision == Precision::F32);
+        let kernels = Kernels {
+            padded: settings.padded_attention.unwrap_or(on_gpu),
+            contiguous_heads: settings.contiguous_heads.unwrap_or(on_gpu),
+            host_math: settings.host_math.unwrap_or(!on_gpu),
+            upcast: !on_gpu && precision == Precision::F16,
+        };
         let mut store = TensorStore::load(dir, &config, precision.dtype(), in_f32, &stream)?;
         let (encoder, type_emb, head, scorer, act_head) = mlx_rs::with_stream(&stream, || {
             Ok::<_, LoadError>((
-                Encoder::load(
-                    &mut store,
-                    enc,
-                    settings.sliding_attention,
-                    contiguous_heads,
-                    padded,
-                    host_math,
-                )?,
+                Encoder::load(&mut store, enc, settings.sliding_attention, kernels)?,
                 store.take("type_emb.weight")?,
                 DecisionHead::load(
                     &mut store,
                     enc.hidden_size,
                     config.agent.head_layers,
-                    contiguous_heads,
-                    padded,
-                    host_math,
+                    kernels,
                 )?,
                 Scorer::load(&mut store)?,
                 ActHead::load(&mut store)?,
@@ -262,27 +254,36 @@ impl MlxEngine {
             .iter()
             .flat_map(|s| (s.start + 1..s.start + s.len).map(|i| i as u32))
             .collect();
-        let pooled = sel.take_axis(Array::from_slice(&pooled_idx, &[rows.len() as i32]), 0)?;
+        let pooled = sel
+            .take_axis(Array::from_slice(&pooled_idx, &[rows.len() as i32]), 0)?
+            .as_dtype(mlx_rs::Dtype::Float32)?;
         let markers = sel.take_axis(
             Array::from_slice(&marker_idx, &[marker_idx.len() as i32]),
             0,
         )?;
         let logits = self.scorer.forward(&markers)?;
+        // One evaluation for both; the act head runs on the host from here.
+        mlx_rs::transforms::eval([&logits, &pooled])?;
         let logits: Vec<f32> = read_f32(&logits, "option logits")?;
+        let pooled: Vec<f32> = read_f32(&pooled, "pooled output")?;
 
-        let mut feats = Vec::with_capacity(rows.len() * 4);
+        let mut feats = Vec::with_capacity(rows.len());
         let mut per_row = Vec::with_capacity(rows.len());
         let mut at = 0;
         for r in rows {
             let row_logits = logits[at..at + r.markers.len()].to_vec();
             at += r.markers.len();
-            feats.extend(act_features(&row_logits));
+            feats.push(act_features(&row_logits));
             per_row.push(row_logits);
         }
-        let feats = Array::from_slice(&feats, &[rows.len() as i32, 4]);
-        let act = self.act_head.forward(&pooled, &feats)?;
+        let act = self.act_head.forward(&pooled, &feats);
         let n_act = self.config.agent.n_act;
-        let act: Vec<f32> = read_f32(&act, "act logits")?;
+        if act.len() != rows.len() * n_act {
+            return Err(ForwardError::Readback {
+                what: "act logits",
+                reason: format!("{} values for {} rows of {n_act}", act.len(), rows.len()),
+            });
+        }
         Ok(per_row
             .into_iter()
             .zip(act.chunks(n_act))
@@ -306,9 +307,35 @@ fn read_f32(a: &Array, what: &'static str) -> Result<Vec<f32>, ForwardError> {
 
 impl Forward for MlxEngine {
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
-        self.run(rows).map_err(|e| {
-            tracing::error!(error = %e, "forward failed");
-            EngineError::from(e)
-        })
+        self.run(rows).map_err(|e| EngineError::backend("mlx", e))
+    }
+
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            engine: "mlx",
+            device: self.device_name(),
+            precision: self.precision.name(),
+        }
+    }
+
+    /// On the CPU one short row compiles what there is to compile. On a GPU every new batch
+    /// layout also costs kernel selection and a CUDA-graph build on first use (30-160 ms each
+    /// on an H200), so a fixed ladder of layouts runs, in a fixed order so MLX's on-disk
+    /// kernel cache sees the same kernels in the same order on every start: 1, 4 and 10 rows
+    /// of about 16, 150, 300 and 600 tokens, of unequal lengths like real questions.
+    fn warm(&mut self) -> Result<(), EngineError> {
+        let on_gpu = matches!(self.device.get_type(), Ok(DeviceType::Gpu));
+        let ladder: Vec<Vec<usize>> = if on_gpu {
+            [16, 150, 300, 600]
+                .into_iter()
+                .flat_map(|len| [1, 4, 10].map(|n| (0..n).map(|i| len - i).collect()))
+                .collect()
+        } else {
+            vec![vec![6]]
+        };
+        for lengths in ladder {
+            self.forward(&warm_rows(&lengths))?;
+        }
+        Ok(())
     }
 }

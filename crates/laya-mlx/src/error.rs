@@ -63,9 +63,3 @@ pub enum ForwardError {
         reason: String,
     },
 }
-
-impl From<ForwardError> for laya_core::engine::EngineError {
-    fn from(e: ForwardError) -> Self {
-        laya_core::engine::EngineError::new(e.to_string())
-    }
-}

@@ -9,6 +9,7 @@ use mlx_rs::{ops, Array};
 use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
 use crate::layers::{gelu_erf, LayerNorm, Linear};
+use crate::settings::Kernels;
 use crate::weights::{head_heads, TensorStore};
 
 /// PyTorch's `LayerNorm` default, used by the head, the scorer and nothing in the encoder.
@@ -21,10 +22,10 @@ fn mlx(name: &str) -> impl FnOnce(Exception) -> LoadError + '_ {
     }
 }
 
-fn linear(store: &mut TensorStore, prefix: &str) -> Result<Linear, LoadError> {
+fn linear(store: &mut TensorStore, prefix: &str, upcast: bool) -> Result<Linear, LoadError> {
     let w = store.take(&format!("{prefix}.weight"))?;
     let b = store.take(&format!("{prefix}.bias"))?;
-    Linear::new(&w, Some(b)).map_err(mlx(prefix))
+    Linear::new(&w, Some(b), upcast).map_err(mlx(prefix))
 }
 
 fn layer_norm(store: &mut TensorStore, prefix: &str) -> Result<LayerNorm, LoadError> {
@@ -64,10 +65,9 @@ impl DecisionHead {
         store: &mut TensorStore,
         hidden: usize,
         n_layers: usize,
-        contiguous_heads: bool,
-        padded: bool,
-        host_softmax: bool,
+        kernels: Kernels,
     ) -> Result<Self, LoadError> {
+        let up = kernels.upcast;
         let nhead = head_heads(hidden);
         if hidden.checked_rem(nhead) != Some(0) {
             return Err(LoadError::Unsupported(format!(
@@ -89,12 +89,12 @@ impl DecisionHead {
                 .map_err(|_| LoadError::Unsupported(format!("cannot split {w_name}")))?;
             layers.push(HeadLayer {
                 norm1: layer_norm(store, &format!("{p}.norm1"))?,
-                q_proj: Linear::new(&wq, Some(bq)).map_err(mlx(&w_name))?,
-                kv_proj: Linear::new(&wkv, Some(bkv)).map_err(mlx(&w_name))?,
-                out_proj: linear(store, &format!("{p}.self_attn.out_proj"))?,
+                q_proj: Linear::new(&wq, Some(bq), up).map_err(mlx(&w_name))?,
+                kv_proj: Linear::new(&wkv, Some(bkv), up).map_err(mlx(&w_name))?,
+                out_proj: linear(store, &format!("{p}.self_attn.out_proj"), up)?,
                 norm2: layer_norm(store, &format!("{p}.norm2"))?,
-                linear1: linear(store, &format!("{p}.linear1"))?,
-                linear2: linear(store, &format!("{p}.linear2"))?,
+                linear1: linear(store, &format!("{p}.linear1"), up)?,
+                linear2: linear(store, &format!("{p}.linear2"), up)?,
             });
         }
         Ok(DecisionHead {
@@ -102,11 +102,12 @@ impl DecisionHead {
             heads: Heads {
                 heads: nhead,
                 head_dim: hidden / nhead,
-                contiguous: contiguous_heads,
-                host_softmax,
+                contiguous: kernels.contiguous_heads,
+                host_softmax: kernels.host_math,
+                upcast: up,
             },
             hidden,
-            padded,
+            padded: kernels.padded,
         })
     }
 
@@ -194,8 +195,8 @@ impl Scorer {
     pub fn load(store: &mut TensorStore) -> Result<Self, LoadError> {
         Ok(Scorer {
             norm: layer_norm(store, "scorer.0")?,
-            l1: linear(store, "scorer.1")?,
-            l3: linear(store, "scorer.3")?,
+            l1: linear(store, "scorer.1", false)?,
+            l3: linear(store, "scorer.3", false)?,
         })
     }
 
@@ -207,27 +208,77 @@ impl Scorer {
     }
 }
 
-/// `act_head = Sequential(Linear(d + 4, 256), GELU, Linear(256, n_act))`, in f32.
+/// `act_head = Sequential(Linear(d + 4, 256), GELU, Linear(256, n_act))`, in f32 on the host.
+///
+/// Its inputs are the option logits' features, which only exist once the logits are read
+/// back, so running it on the device would send them there and read the result back again;
+/// at 256 hidden units it costs microseconds here.
 #[derive(Debug)]
 pub(crate) struct ActHead {
-    l0: Linear,
-    l2: Linear,
+    /// `[hidden, d + 4]`, row-major, and `[hidden]`.
+    w0: Vec<f32>,
+    b0: Vec<f32>,
+    /// `[n_act, hidden]` and `[n_act]`.
+    w2: Vec<f32>,
+    b2: Vec<f32>,
 }
 
 impl ActHead {
     pub fn load(store: &mut TensorStore) -> Result<Self, LoadError> {
-        Ok(ActHead {
-            l0: linear(store, "act_head.0")?,
-            l2: linear(store, "act_head.2")?,
-        })
+        let mut host = |name: &str| -> Result<Vec<f32>, LoadError> {
+            let a = store
+                .take(name)?
+                .as_dtype(mlx_rs::Dtype::Float32)
+                .map_err(mlx(name))?;
+            a.eval().map_err(mlx(name))?;
+            a.try_as_slice::<f32>()
+                .map(<[f32]>::to_vec)
+                .map_err(|e| LoadError::Unsupported(format!("reading {name}: {e}")))
+        };
+        let head = ActHead {
+            w0: host("act_head.0.weight")?,
+            b0: host("act_head.0.bias")?,
+            w2: host("act_head.2.weight")?,
+            b2: host("act_head.2.bias")?,
+        };
+        let (hidden, n_act) = (head.b0.len(), head.b2.len());
+        if hidden == 0
+            || n_act == 0
+            || !head.w0.len().is_multiple_of(hidden)
+            || head.w2.len() != n_act * hidden
+        {
+            return Err(LoadError::Unsupported(
+                "act head weights do not fit together".into(),
+            ));
+        }
+        Ok(head)
     }
 
-    /// `pooled` is the head output at position 0 of each row (`[n, d]`), `feats` the
-    /// [`act_features`] of each row (`[n, 4]`); returns `[n, n_act]`, f32.
-    pub fn forward(&self, pooled: &Array, feats: &Array) -> Result<Array, Exception> {
-        let pooled = pooled.as_dtype(mlx_rs::Dtype::Float32)?;
-        let x = ops::concatenate(&[&pooled, feats], 1)?;
-        self.l2.forward(&gelu_erf(&self.l0.forward(&x)?)?)
+    /// Inputs per row: the head output at position 0 and the row's [`act_features`].
+    pub fn inputs(&self) -> usize {
+        self.w0.len() / self.b0.len()
+    }
+
+    /// `pooled` is the head output at position 0 of each row (`n × d`, f32), `feats` the
+    /// [`act_features`] of each row; returns `n × n_act` logits.
+    pub fn forward(&self, pooled: &[f32], feats: &[[f32; 4]]) -> Vec<f32> {
+        let (hidden, n_act) = (self.b0.len(), self.b2.len());
+        let d = self.inputs() - 4;
+        let mut out = Vec::with_capacity(feats.len() * n_act);
+        let mut h = vec![0f32; hidden];
+        for (x, f) in pooled.chunks_exact(d).zip(feats) {
+            for (j, hj) in h.iter_mut().enumerate() {
+                let w = &self.w0[j * (d + 4)..(j + 1) * (d + 4)];
+                let dot: f32 = w[..d].iter().zip(x).map(|(w, x)| w * x).sum::<f32>()
+                    + w[d..].iter().zip(f).map(|(w, x)| w * x).sum::<f32>();
+                *hj = crate::host::gelu(dot + self.b0[j]);
+            }
+            for k in 0..n_act {
+                let w = &self.w2[k * hidden..(k + 1) * hidden];
+                out.push(w.iter().zip(&h).map(|(w, h)| w * h).sum::<f32>() + self.b2[k]);
+            }
+        }
+        out
     }
 }
 

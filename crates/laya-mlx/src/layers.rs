@@ -2,7 +2,7 @@
 //! stored ready for `x · Wᵀ`, LayerNorm with and without bias, and exact-erf GELU.
 
 use mlx_rs::error::Exception;
-use mlx_rs::{fast, ops, Array};
+use mlx_rs::{fast, ops, Array, Dtype};
 
 /// `torch.nn.Linear`: `y = x · Wᵀ (+ b)`. `wt` is the checkpoint's `[out, in]` weight seen
 /// transposed (a view; MLX hands the transposition to the GEMM, nothing is copied).
@@ -10,24 +10,48 @@ use mlx_rs::{fast, ops, Array};
 pub(crate) struct Linear {
     pub wt: Array,
     pub bias: Option<Array>,
+    /// The dtype inputs are rounded to and outputs come out in: the weight's on disk.
+    io: Dtype,
 }
 
 impl Linear {
-    /// From the checkpoint's `[out, in]` weight and optional `[out]` bias.
-    pub fn new(weight: &Array, bias: Option<Array>) -> Result<Self, Exception> {
-        Ok(Linear {
-            wt: weight.transpose()?,
-            bias,
-        })
+    /// From the checkpoint's `[out, in]` weight and optional `[out]` bias. With `upcast`, an
+    /// f16 layer keeps f32 copies of its (f16) values and computes each GEMM in f32 on inputs
+    /// rounded to f16, rounding the result to f16: what a GPU's f16 GEMM with f32 accumulation
+    /// computes, for backends without a fast f16 GEMM (MLX's CPU).
+    pub fn new(weight: &Array, bias: Option<Array>, upcast: bool) -> Result<Self, Exception> {
+        let io = weight.dtype();
+        if !upcast || io == Dtype::Float32 {
+            return Ok(Linear {
+                wt: weight.transpose()?,
+                bias,
+                io,
+            });
+        }
+        let wt = weight.as_dtype(Dtype::Float32)?.transpose()?;
+        let bias = bias.map(|b| b.as_dtype(Dtype::Float32)).transpose()?;
+        wt.eval()?;
+        if let Some(b) = &bias {
+            b.eval()?;
+        }
+        Ok(Linear { wt, bias, io })
     }
 
-    /// `x` is `[n, in]`; the result is `[n, out]`, in the weight's dtype (an f32 input meets
+    /// `x` is `[n, in]`; the result is `[n, out]`, in the layer's dtype (an f32 input meets
     /// f16 weights as f16, like a linear layer under autocast).
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
-        let x = x.as_dtype(self.wt.dtype())?;
-        match &self.bias {
-            Some(b) => ops::addmm(b, &x, &self.wt, 1.0, 1.0),
-            None => x.matmul(&self.wt),
+        let mut x = x.as_dtype(self.io)?;
+        if self.wt.dtype() != self.io {
+            x = x.as_dtype(self.wt.dtype())?;
+        }
+        let y = match &self.bias {
+            Some(b) => ops::addmm(b, &x, &self.wt, 1.0, 1.0)?,
+            None => x.matmul(&self.wt)?,
+        };
+        if y.dtype() == self.io {
+            Ok(y)
+        } else {
+            y.as_dtype(self.io)
         }
     }
 }

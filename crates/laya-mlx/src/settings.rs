@@ -9,12 +9,13 @@ use mlx_rs::Dtype;
 /// head are small and always run in f32 (their inputs are cast up), and logits are always f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
-    /// Pure fp32, like the upstream CPU reference (`model.md` §3.6). The default on the CPU,
-    /// where MLX has no fast f16 matmul.
+    /// Pure fp32, like the upstream CPU reference (`model.md` §3.6). The default on the CPU.
     F32,
     /// Matmul weights and inputs, attention and the feed-forward activations in f16; the
     /// residual stream, the norms and the type embedding stay f32, as under PyTorch's fp16
-    /// autocast (upstream's `LAYA_CUDA_AMP=fp16`). The default on a GPU.
+    /// autocast (upstream's `LAYA_CUDA_AMP=fp16`). The default on a GPU. On the CPU, which has
+    /// no fast f16 kernels, GEMMs and attention take f16 values and compute in f32, rounding
+    /// their results to f16, as a GPU's f16 kernels with f32 accumulation do.
     F16,
 }
 
@@ -86,7 +87,22 @@ pub struct EngineSettings {
     pub padded_attention: Option<bool>,
     /// Compute the encoder's GeGLU (exact-erf GELU times the gate) and the attention softmax
     /// on the host, vectorized and across cores, instead of with MLX's CPU `erf` and `exp`,
-    /// which run one element at a time. `None` does so on the CPU in f32. The erf is the form
+    /// which run one element at a time. `None` does so on the CPU. The erf is the form
     /// PyTorch's CPU kernels use.
     pub host_math: Option<bool>,
+}
+
+/// How the forward's kernels run, resolved from [`EngineSettings`] and the device when the
+/// engine is built.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kernels {
+    /// [`EngineSettings::contiguous_heads`].
+    pub contiguous_heads: bool,
+    /// [`EngineSettings::padded_attention`].
+    pub padded: bool,
+    /// [`EngineSettings::host_math`].
+    pub host_math: bool,
+    /// f16 GEMMs and attention computed in f32 and rounded to f16 (f16 on the CPU, which has
+    /// no fast f16 kernels): see `Linear::new`.
+    pub upcast: bool,
 }

@@ -7,10 +7,9 @@
 //! rounding boundary. f16 must keep every probability within 1e-2 of upstream's f32 value and
 //! the argmax equal except near ties; the max/p99 error and the near-tie flips are printed.
 
+use laya_core::agent::{Agent, LongOptions, StateResult};
 use laya_core::confidence;
 use laya_core::engine::RowLogits;
-use laya_core::engine_api::{Engine, LongOptions, StateResult};
-use laya_core::pyjson::{self, Style, Value};
 use laya_core::question::{parse_questions, Question};
 use laya_core::render;
 use laya_fixtures::{
@@ -18,6 +17,7 @@ use laya_fixtures::{
     unrounded_like, upstream_results, DecisionCase, CHECKPOINTS,
 };
 use laya_mlx::{EngineSettings, MlxEngine, Precision};
+use pyjson::{Style, Value};
 
 /// How close to a rounding boundary upstream's unrounded value must be for a one-unit
 /// difference to be accepted. MLX's f32 logits differ from PyTorch's by up to ~2.6e-5
@@ -26,14 +26,14 @@ use laya_mlx::{EngineSettings, MlxEngine, Precision};
 /// options) has an upstream probability 1.7e-6 from a boundary that our value crosses.
 const BOUNDARY: f64 = 1e-5;
 
-fn engine(ckpt: &str, precision: Precision) -> Engine<MlxEngine> {
+fn engine(ckpt: &str, precision: Precision) -> Agent<MlxEngine> {
     let dir = fixtures_dir().join("checkpoints").join(ckpt);
     let settings = EngineSettings {
         precision: Some(precision),
         ..EngineSettings::default()
     };
     let forward = MlxEngine::load(&dir, &settings).expect("engine loads");
-    Engine::load(&dir, forward).expect("tokenizer and configs load")
+    Agent::load(&dir, forward).expect("tokenizer and configs load")
 }
 
 /// The same answers, unrounded, from the given logits per (state, question).
@@ -41,12 +41,12 @@ fn unrounded(
     mine: &StateResult,
     questions: &[Question],
     logits: impl Fn(usize) -> Option<RowLogits>,
-    engine: &Engine<MlxEngine>,
+    engine: &Agent<MlxEngine>,
 ) -> StateResult {
     let mut out = mine.clone();
     for (qi, (q, (_, a))) in questions.iter().zip(out.answers.iter_mut()).enumerate() {
         if let Some(l) = logits(qi) {
-            *a = unrounded_like(a, q, &l, &engine.agent);
+            *a = unrounded_like(a, q, &l, &engine.config);
         }
     }
     out
@@ -103,10 +103,10 @@ fn f32_answers_match_upstream_text() {
 
 /// Our engine's own unrounded answers for one state (used where upstream recorded no logits).
 fn own_unrounded(
-    engine: &mut Engine<MlxEngine>,
+    engine: &mut Agent<MlxEngine>,
     state: &Value,
     questions: &[Question],
-    opts: &laya_core::engine_api::BatchOptions,
+    opts: &laya_core::agent::BatchOptions,
     mine: &StateResult,
 ) -> StateResult {
     let rows = engine
@@ -192,7 +192,7 @@ fn long_windows_match_upstream() {
 }
 
 fn long_unrounded(
-    engine: &mut Engine<MlxEngine>,
+    engine: &mut Agent<MlxEngine>,
     state: &Value,
     questions: &[Question],
     opts: &LongOptions,
@@ -218,7 +218,7 @@ fn long_unrounded(
             .forward
             .run(&[rows[0][qi].row.clone()])
             .expect("forward");
-        *a = unrounded_like(a, q, &outs[0], &engine.agent);
+        *a = unrounded_like(a, q, &outs[0], &engine.config);
     }
     out
 }

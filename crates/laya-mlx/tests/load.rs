@@ -2,12 +2,10 @@
 //! tensor, an unexpected tensor, a wrong shape or a truncated file each fail with their own
 //! error naming the tensor.
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::checkpoint;
+use crate::common::checkpoint;
 use laya_core::checkpoint::TensorError;
 use laya_mlx::{EngineSettings, LoadError, MlxEngine, Precision};
 use serde_json::{Map, Value};

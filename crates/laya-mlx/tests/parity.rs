@@ -3,11 +3,9 @@
 //! (a row's answer does not depend on its batch, the sliding-window layouts agree, the
 //! shortened last head layer agrees with the full one).
 
-mod common;
-
 use std::time::Instant;
 
-use common::{checkpoint, reference_passes, RefPass};
+use crate::common::{checkpoint, reference_passes, RefPass};
 use laya_core::engine::{Forward, Row};
 use laya_fixtures::max_logit_diff;
 use laya_mlx::{EngineSettings, MlxEngine, Precision, SlidingAttention};

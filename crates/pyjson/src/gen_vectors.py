@@ -1,8 +1,8 @@
 """Writes test vectors for `pyjson` from CPython 3.11 itself.
 
 Usage:
-    python3.11 crates/laya-core/src/pyjson/gen_vectors.py /tmp/pyjson-vectors
-    PYJSON_VECTORS=/tmp/pyjson-vectors cargo test -p laya-core --release pyjson -- --ignored
+    python3.11 crates/pyjson/src/gen_vectors.py /tmp/pyjson-vectors
+    PYJSON_VECTORS=/tmp/pyjson-vectors cargo test -p pyjson --release -- --ignored
 
 The files are large (tens of MB) and regenerated on demand; they are not committed. Every
 line is tab-separated; binary or arbitrary text is hex-encoded (UTF-8 with surrogatepass for

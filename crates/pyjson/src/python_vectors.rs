@@ -1,6 +1,6 @@
 //! Bulk comparison against CPython 3.11 on vector files written by `gen_vectors.py` (run it
 //! first; the files are too large to commit). Ignored by default:
-//! `PYJSON_VECTORS=/tmp/pyjson-vectors cargo test -p laya-core --release pyjson -- --ignored`
+//! `PYJSON_VECTORS=/tmp/pyjson-vectors cargo test -p pyjson --release -- --ignored`
 
 use std::path::PathBuf;
 

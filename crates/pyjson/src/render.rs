@@ -250,7 +250,7 @@ pub(super) fn walk<D: Dialect>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pyjson::loads;
+    use crate::loads;
 
     fn parse(text: &str) -> Value {
         loads(text.as_bytes()).expect("valid JSON").value
@@ -326,11 +326,11 @@ mod tests {
 
     #[test]
     fn deep_values_render_without_recursion() {
-        let depth = crate::pyjson::DEFAULT_MAX_DEPTH;
+        let depth = crate::DEFAULT_MAX_DEPTH;
         let text = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
         let v = parse(&text);
         assert_eq!(dumps(&v, Style::Compact).expect("finite"), text);
-        assert_eq!(crate::pyjson::py_repr(&v), text);
-        assert!(crate::pyjson::py_equal(&v, &v));
+        assert_eq!(crate::py_repr(&v), text);
+        assert!(crate::py_equal(&v, &v));
     }
 }

@@ -126,7 +126,7 @@ impl Dialect for Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pyjson::loads;
+    use crate::loads;
 
     #[test]
     fn string_repr() {

@@ -1,44 +1,75 @@
 //! Which engine runs the forward pass: `laya-cuda` on an NVIDIA GPU, `laya-mlx` everywhere
-//! else (the CPU, Metal, and MLX's own CUDA backend when asked for). Both sit behind
-//! [`Forward`]; this enum adds what the server reports about them.
+//! else (the CPU, Metal, and MLX's own CUDA backend when asked for). This is the one place
+//! that names the concrete engines; everything after loading sees a [`Forward`].
 
 use std::path::Path;
 
 use anyhow::Context;
-use clap::ValueEnum;
-use laya_core::engine::{EngineError, Forward, Row, RowLogits};
+use laya_core::agent::Agent;
+use laya_core::engine::Forward;
+use laya_mlx::{DeviceKind, EngineSettings, Precision, SlidingAttention};
 
-/// `--engine`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum EngineChoice {
-    /// laya-cuda when an NVIDIA GPU (compute capability 8.0+) and the CUDA 13 libraries are
-    /// there and the device is not `cpu`; MLX otherwise.
-    Auto,
-    /// MLX (CPU, Metal, or MLX's CUDA backend).
-    Mlx,
-    /// The native NVIDIA engine; an error where it cannot run.
-    Cuda,
-}
+use crate::cli::{CudaAttention, Device, EngineArgs, EngineChoice, Sliding};
 
-/// A loaded forward pass.
-pub enum AnyForward {
-    Mlx(Box<laya_mlx::MlxEngine>),
-    Cuda(Box<laya_cuda::CudaEngine>),
-}
+/// A loaded engine, whichever it is.
+pub type AnyForward = Box<dyn Forward>;
 
-impl AnyForward {
-    /// Loads the checkpoint in `dir` on the chosen engine.
-    pub fn load(
-        dir: &Path,
-        choice: EngineChoice,
-        device_cpu: bool,
-        mlx: &laya_mlx::EngineSettings,
-        cuda: &laya_cuda::CudaSettings,
-    ) -> anyhow::Result<AnyForward> {
-        let use_cuda = match choice {
+impl EngineArgs {
+    /// MLX's settings.
+    pub fn mlx_settings(&self) -> EngineSettings {
+        EngineSettings {
+            device: match self.device {
+                Device::Auto => DeviceKind::Default,
+                Device::Cpu => DeviceKind::Cpu,
+                Device::Gpu => DeviceKind::Gpu,
+            },
+            precision: if self.f32 {
+                Some(Precision::F32)
+            } else if self.f16 {
+                Some(Precision::F16)
+            } else {
+                None
+            },
+            sliding_attention: match self.sliding_attention {
+                Sliding::Auto => SlidingAttention::Auto,
+                Sliding::Masked => SlidingAttention::Masked,
+                Sliding::Blocked => SlidingAttention::Blocked,
+            },
+            ..EngineSettings::default()
+        }
+    }
+
+    /// The CUDA engine's settings.
+    pub fn cuda_settings(&self) -> laya_cuda::CudaSettings {
+        let mut s = laya_cuda::CudaSettings::default();
+        if let Some(dir) = &self.kernel_cache {
+            s.kernel_cache = Some(dir.clone());
+        }
+        s.graphs = self.cuda_graphs;
+        if self.cuda_attention == CudaAttention::Rows {
+            s.attention = laya_cuda::Attention::Rows;
+        }
+        s
+    }
+
+    /// The engine to load: `auto` never picks the CUDA engine for the CPU device or for f32,
+    /// which only MLX computes.
+    fn choice(&self) -> anyhow::Result<EngineChoice> {
+        match (self.engine, self.f32 || matches!(self.device, Device::Cpu)) {
+            (EngineChoice::Cuda, true) => anyhow::bail!(
+                "--engine cuda computes in f16 on the GPU: it takes neither --f32 nor --device cpu"
+            ),
+            (EngineChoice::Auto, true) => Ok(EngineChoice::Mlx),
+            (choice, _) => Ok(choice),
+        }
+    }
+
+    /// Loads the forward pass of the checkpoint in `dir` on the chosen engine.
+    pub fn load_forward(&self, dir: &Path) -> anyhow::Result<AnyForward> {
+        let cuda = self.cuda_settings();
+        let use_cuda = match self.choice()? {
             EngineChoice::Mlx => false,
             EngineChoice::Cuda => true,
-            EngineChoice::Auto if device_cpu => false,
             EngineChoice::Auto => match laya_cuda::probe(cuda.ordinal) {
                 Ok(gpu) => {
                     tracing::info!(%gpu, "NVIDIA GPU found: using the CUDA engine");
@@ -52,59 +83,22 @@ impl AnyForward {
         };
         if use_cuda {
             let engine =
-                laya_cuda::CudaEngine::load(dir, cuda).context("starting the CUDA engine")?;
-            Ok(AnyForward::Cuda(Box::new(engine)))
+                laya_cuda::CudaEngine::load(dir, &cuda).context("starting the CUDA engine")?;
+            Ok(Box::new(engine))
         } else {
-            Ok(AnyForward::Mlx(Box::new(laya_mlx::MlxEngine::load(
-                dir, mlx,
-            )?)))
+            Ok(Box::new(laya_mlx::MlxEngine::load(
+                dir,
+                &self.mlx_settings(),
+            )?))
         }
     }
 
-    /// The device in upstream's (PyTorch's) vocabulary, as `/health` reports it.
-    pub fn device_name(&self) -> String {
-        match self {
-            AnyForward::Mlx(m) => m.device_name(),
-            AnyForward::Cuda(_) => "cuda".to_owned(),
-        }
-    }
-
-    /// The compute precision's name (`f32`, `f16`).
-    pub fn precision_name(&self) -> &'static str {
-        match self {
-            AnyForward::Mlx(m) => m.precision().name(),
-            AnyForward::Cuda(_) => "f16",
-        }
-    }
-
-    /// Which engine this is, for logs and benchmark reports.
-    pub fn engine_name(&self) -> &'static str {
-        match self {
-            AnyForward::Mlx(_) => "mlx",
-            AnyForward::Cuda(_) => "cuda",
-        }
-    }
-
-    /// Engine-specific preparation before the ready line: the CUDA engine captures its
-    /// graph ladder. Returns whether it did anything (MLX warms by running forwards).
-    pub fn warm(&mut self) -> anyhow::Result<bool> {
-        match self {
-            AnyForward::Mlx(_) => Ok(false),
-            AnyForward::Cuda(c) => {
-                for bucket in laya_cuda::engine::warm_ladder() {
-                    c.warm(bucket).context("warming the CUDA graphs")?;
-                }
-                Ok(true)
-            }
-        }
-    }
-}
-
-impl Forward for AnyForward {
-    fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
-        match self {
-            AnyForward::Mlx(m) => m.forward(rows),
-            AnyForward::Cuda(c) => c.forward(rows),
-        }
+    /// Loads the whole checkpoint: the engine, then its tokenizer and configs.
+    pub fn load_agent(&self, dir: &Path) -> anyhow::Result<Agent<AnyForward>> {
+        let forward = self
+            .load_forward(dir)
+            .with_context(|| format!("loading the model in {}", dir.display()))?;
+        Agent::load(dir, forward)
+            .with_context(|| format!("loading the tokenizer and configs in {}", dir.display()))
     }
 }

@@ -23,15 +23,13 @@
 //! Numbers that depend on the model (probabilities, token counts) are checked for shape only
 //! (keys, order, types); tests/replay.rs compares them with upstream's recorded bytes.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use laya_core::pyjson::{self, Object, Value};
-use support::{read_response, request_bytes, Response, Server};
+use crate::support::{read_response, request_bytes, Response, Server};
+use pyjson::{Object, Value};
 
 const Q1: &str = r#"{"dept":{"type":"choice","instructions":"which team?","criteria":{"billing":"refunds","tech":"bugs"}}}"#;
 const ENGLISH: &str = "I was charged twice";
@@ -452,6 +450,7 @@ fn zstd(data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn default_server() {
+    let _serial = crate::support::serial();
     let s = Server::tiny(&[]);
     let mut c = Cases::default();
     c.run("routes 1-8", || routes(&s));
@@ -2013,6 +2012,7 @@ fn differences_default(s: &Server) {
 
 #[test]
 fn guarded_server() {
+    let _serial = crate::support::serial();
     let s = Server::tiny(&[
         "--api-key",
         "s3cret",
@@ -2306,8 +2306,9 @@ fn keyed_extras(s: &Server) {
 
 #[test]
 fn strict_server() {
-    let dir = support::checkpoint("tiny");
-    let s = Server::start(
+    let _serial = crate::support::serial();
+    let dir = crate::support::checkpoint("tiny");
+    let s = Server::process(
         &[
             "--model",
             dir.to_str().expect("utf-8"),
@@ -2456,8 +2457,9 @@ fn differences_env(s: &Server) {
 
 #[test]
 fn limits_server() {
-    let dir = support::checkpoint("tiny");
-    let s = Server::start(
+    let _serial = crate::support::serial();
+    let dir = crate::support::checkpoint("tiny");
+    let s = Server::process(
         &[
             "--model",
             dir.to_str().expect("utf-8"),

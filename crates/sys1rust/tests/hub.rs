@@ -9,8 +9,6 @@
 //! test time; nothing is written into the repo) as `test-org/tiny`, branch `main` = [`COMMIT`].
 //! The cache (`HF_HOME`) is a fresh directory under the target directory.
 
-mod support;
-
 #[allow(dead_code)]
 #[path = "../../laya-hub/tests/support/mock.rs"]
 mod mock;
@@ -267,7 +265,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Finished {
 
 /// A running `sys1rust serve` and everything it wrote to stderr so far.
 struct Serving {
-    server: support::Server,
+    server: crate::support::Server,
     ready: serde_json::Value,
     stderr: Arc<Mutex<Vec<String>>>,
 }
@@ -304,11 +302,7 @@ fn serve(args: &[&str], env: &[(&str, &str)]) -> Serving {
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("no address in {line:?}"));
     Serving {
-        server: support::Server {
-            child,
-            addr,
-            ready: line,
-        },
+        server: crate::support::Server::from_child(child, addr, line),
         ready,
         stderr,
     }
@@ -338,7 +332,9 @@ impl Serving {
 
 /// The checkpoint files of the fixture, by repo path, read into memory (never copied into the repo).
 fn fixture_files() -> BTreeMap<String, Vec<u8>> {
-    let src = support::fixtures_dir().join("checkpoints").join("tiny");
+    let src = crate::support::fixtures_dir()
+        .join("checkpoints")
+        .join("tiny");
     CHECKPOINT_FILES
         .iter()
         .map(|p| {

@@ -16,9 +16,6 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-mod support;
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -497,7 +494,7 @@ mod linux {
     /// Serves the tiny fixture with `bin` (HOME `home`) and checks `/health`, and that the
     /// process mapped libmlx from `lib_dir`, not from the build's wheel.
     fn serve_tiny(bin: &Path, home: &Path, lib_dir: &Path) {
-        let model = support::checkpoint("tiny");
+        let model = crate::support::checkpoint("tiny");
         let mut child = Command::new(bin)
             .args(["serve", "--port", "0", "--model"])
             .arg(&model)
@@ -525,8 +522,8 @@ mod linux {
             .to_owned();
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
         let mut stream = TcpStream::connect(&addr).unwrap();
-        support::write_request(&mut stream, "GET", "/health", &[], None);
-        let health = support::read_response(&mut stream);
+        crate::support::write_request(&mut stream, "GET", "/health", &[], None);
+        let health = crate::support::read_response(&mut stream);
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(health.status, 200, "{}", health.text());

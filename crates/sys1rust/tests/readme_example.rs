@@ -1,9 +1,7 @@
 //! The README's curl example works as written against a fixture model: the request body is
 //! taken from the README itself and posted to `/v1/systemone`.
 
-mod support;
-
-use support::Server;
+use crate::support::Server;
 
 /// The JSON body of the README's `curl ... -d '<body>'` example.
 fn readme_body() -> String {

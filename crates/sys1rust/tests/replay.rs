@@ -1,25 +1,30 @@
-//! The replay test: `sys1rust serve` on each stored checkpoint answers every recorded request of
-//! `references/<checkpoint>/{smoke,short,edge}.jsonl` over real HTTP with upstream's status,
-//! recorded headers (timing values aside) and body bytes.
+//! The replay test: the server on each stored checkpoint answers every recorded request of
+//! `references/<checkpoint>/{smoke,short,edge}.jsonl` with upstream's status, recorded headers
+//! (timing values aside) and body bytes, through `app()` in process.
 //!
-//! In f32 the body must equal upstream's text except a number one unit off in the 4th decimal
-//! whose unrounded upstream value lies on a rounding boundary (the engine parity rule, see
-//! crates/laya-mlx/tests/answers.rs for the tolerance); in f16 every probability must be
-//! within 1e-2 of upstream's and the choice equal except near ties, with everything else in
-//! the body (usage, routing, errors, key order) exact.
+//! On the recorded-logits engine (upstream's own logits) every body must be upstream's text,
+//! up to a number on a 4th-decimal rounding boundary (within 1e-6 of it); raw-body requests,
+//! for which upstream recorded no logits, must match in everything but the model's numbers. On MLX in f32 the body must equal upstream's text except a number
+//! one unit off in the 4th decimal whose unrounded upstream value lies on a rounding boundary
+//! (the engine parity rule, see crates/laya-mlx/tests/answers.rs for the tolerance); in f16
+//! every probability must be within 1e-2 of upstream's and the choice equal except near ties,
+//! with everything else in the body (usage, routing, errors, key order) exact.
 
-mod support;
-
-use laya_core::engine_api::Engine;
-use laya_core::pyjson::{self, Object, Style, Value};
+use laya_core::agent::Agent;
+use laya_core::decide::Single;
 use laya_fixtures::{check_f32, references, unrounded_body, Replay, CHECKPOINTS, WORKLOADS};
-use support::{checkpoint, Server};
+use pyjson::{Object, Style, Value};
+
+use crate::support::{checkpoint, serve_args, Server};
 
 /// See crates/laya-mlx/tests/answers.rs: MLX's and PyTorch's f32 differ by summation order.
 const BOUNDARY: f64 = 1e-5;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
+    /// laya-fixtures' recorded-logits engine.
+    Recorded,
+    /// MLX on the CPU.
     F32,
     F16,
 }
@@ -121,21 +126,75 @@ fn compare_result_f16(mine: &Value, up: &Value, ctx: &str, worst: &mut f64, flip
     }
 }
 
+/// The same shape: equal keys everywhere and equal values, except the model's numbers
+/// (answers' probabilities and confidences), which upstream did not record for this request.
+fn compare_shape(mine: &Value, up: &Value, ctx: &str, in_answer: bool) {
+    match (mine, up) {
+        (Value::Object(m), Value::Object(u)) => {
+            let keys = |o: &Object| o.keys().map(str::to_owned).collect::<Vec<_>>();
+            assert_eq!(keys(m), keys(u), "{ctx}: keys");
+            for (k, uv) in u.iter() {
+                let mv = m.get(k).expect("same keys");
+                compare_shape(mv, uv, &format!("{ctx}.{k}"), in_answer || k == "answers");
+            }
+        }
+        (Value::Array(m), Value::Array(u)) => {
+            assert_eq!(m.len(), u.len(), "{ctx}: length");
+            for (i, (a, b)) in m.iter().zip(u).enumerate() {
+                compare_shape(a, b, &format!("{ctx}[{i}]"), in_answer);
+            }
+        }
+        (Value::Float(_), Value::Float(_)) if in_answer => {}
+        // A choice may land on another label with other numbers.
+        _ if in_answer && ctx.ends_with(".choice") => {}
+        _ => assert_eq!(compact(mine), compact(up), "{ctx}"),
+    }
+}
+
+fn server(ckpt: &str, mode: Mode) -> Server {
+    let dir = checkpoint(ckpt);
+    match mode {
+        Mode::Recorded => Server::recorded(ckpt, &[]),
+        Mode::F32 | Mode::F16 => {
+            // What `main` does before MLX starts (on the CUDA backend it sets MLX's settings;
+            // the GPU harness runs this test alone).
+            static MLX_SETTINGS: std::sync::Once = std::sync::Once::new();
+            MLX_SETTINGS.call_once(|| {
+                laya_mlx::backend::configure_process();
+            });
+            let precision = if mode == Mode::F32 { "--f32" } else { "--f16" };
+            let engine = serve_args(&["--model", dir.to_str().expect("utf-8"), precision])
+                .model
+                .engine;
+            Server::in_process(&[precision], &dir, move |dir| {
+                Single::new(engine.load_agent(dir).expect("the checkpoint loads"))
+            })
+        }
+    }
+}
+
 fn replay(mode: Mode) {
-    let precision = if mode == Mode::F32 { "--f32" } else { "--f16" };
+    // MLX keeps both cores busy: the timed tests would miss their deadlines beside it.
+    let _serial = (mode != Mode::Recorded).then(crate::support::serial);
+    let label = match mode {
+        Mode::Recorded => "recorded",
+        Mode::F32 => "--f32",
+        Mode::F16 => "--f16",
+    };
     let mut checked = 0;
     let mut boundary = 0;
+    let mut shapes = 0;
     let (mut worst, mut flips) = (0.0f64, 0usize);
     for ckpt in CHECKPOINTS {
         let dir = checkpoint(ckpt);
-        let mut oracle = Engine::load(&dir, Replay::default()).expect("tokenizer and configs");
+        let mut oracle = Agent::load(&dir, Replay::default()).expect("tokenizer and configs");
         // One server for the three files in order, as upstream's references were recorded
         // (shared/oracle/make_references.py runs every workload on one server): /health lists
         // checkpoints least recently used first, so it depends on every request before it.
-        let server = Server::start(&["--model", dir.to_str().expect("utf-8"), precision], &[]);
+        let server = server(ckpt, mode);
         for workload in WORKLOADS {
             for reference in references(ckpt, workload) {
-                let ctx = format!("{precision} {ckpt}/{workload} {}", reference.id);
+                let ctx = format!("{label} {ckpt}/{workload} {}", reference.id);
                 let headers: Vec<(&str, &str)> = reference
                     .request_headers
                     .iter()
@@ -176,6 +235,24 @@ fn replay(mode: Mode) {
                     reference.status == 200 && reference.path.starts_with("/v1/systemone");
                 if !decision || body == reference.body {
                     assert_eq!(body, reference.body, "{ctx}: body");
+                } else if mode == Mode::Recorded && !reference.passes.is_empty() {
+                    // Upstream's logits, decoded here: its text up to a 4th-decimal rounding
+                    // boundary (f32 softmax summation order), as laya-fixtures'
+                    // layout_decode test allows.
+                    let unrounded = unrounded_body(&mut oracle, &reference)
+                        .unwrap_or_else(|| reference.body.clone());
+                    boundary += check_f32(&body, &reference.body, &unrounded, 1e-6)
+                        .unwrap_or_else(|e| panic!("{ctx}: {e}"))
+                        .len();
+                } else if mode == Mode::Recorded {
+                    let mine = pyjson::loads(body.as_bytes())
+                        .expect("our body is JSON")
+                        .value;
+                    let up = pyjson::loads(reference.body.as_bytes())
+                        .expect("upstream body is JSON")
+                        .value;
+                    compare_shape(&mine, &up, &ctx, false);
+                    shapes += 1;
                 } else if mode == Mode::F32 {
                     let unrounded = unrounded_body(&mut oracle, &reference)
                         .unwrap_or_else(|| reference.body.clone());
@@ -195,12 +272,17 @@ fn replay(mode: Mode) {
             }
         }
     }
-    println!("{precision}: {checked} requests replayed; {boundary} numbers on a rounding boundary; f16 max probability error {worst:.5}, near-tie flips {flips}");
+    println!("{label}: {checked} requests replayed; {shapes} without upstream logits compared by shape; {boundary} numbers on a rounding boundary; f16 max probability error {worst:.5}, near-tie flips {flips}");
     assert_eq!(
         checked,
         2 * (24 + 40 + 117),
         "every recorded request is replayed"
     );
+}
+
+#[test]
+fn replay_recorded_logits_give_upstream_bytes() {
+    replay(Mode::Recorded);
 }
 
 #[test]

@@ -1,23 +1,15 @@
 //! Load tests on 127.0.0.1, each bounded to a few seconds: admission under a burst of slow
 //! uploads, many idle half-open connections, and SIGTERM with requests in flight.
 //!
-//! The three run one at a time (a process-wide lock): they measure latencies, and on a small
-//! machine one test's server would slow the other's.
-
-mod support;
+//! They run one at a time (a process-wide lock): they measure latencies, and on a small
+//! machine one test's server would slow the other's. The SIGTERM tests run the real binary;
+//! the others the app in process on a real socket.
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use support::{read_response, request_bytes, Response, Server};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::support::{read_response, request_bytes, serial, Response, Server};
 
 const BODY: &str = r#"{"state":"I was charged twice for my subscription this month","questions":{"dept":{"type":"choice","instructions":"which team?","criteria":{"billing":"refunds","tech":"bugs"}},"urgent":{"type":"noul","instructions":"is it urgent?"}}}"#;
 
@@ -220,7 +212,7 @@ fn idle_half_open_connections_do_not_delay_requests() {
 #[test]
 fn sigterm_finishes_in_flight_requests() {
     let _serial = serial();
-    let mut s = Server::tiny(&[]);
+    let mut s = Server::process_tiny(&[], &[]);
     timed_decision(&s);
 
     // Eight requests, each admitted with all but the last byte of its body sent, so they are
@@ -237,7 +229,7 @@ fn sigterm_finishes_in_flight_requests() {
         .collect();
     s.wait_admitted(8, None);
 
-    let pid = s.child.id().to_string();
+    let pid = s.child().id().to_string();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -260,7 +252,7 @@ fn sigterm_finishes_in_flight_requests() {
         }
     }
     assert!(
-        s.child.try_wait().expect("try_wait").is_none(),
+        s.child().try_wait().expect("try_wait").is_none(),
         "the server waits for its in-flight requests"
     );
 
@@ -288,7 +280,7 @@ fn sigterm_finishes_in_flight_requests() {
 
     let exit_by = Instant::now() + Duration::from_secs(10);
     let status = loop {
-        if let Some(status) = s.child.try_wait().expect("try_wait") {
+        if let Some(status) = s.child().try_wait().expect("try_wait") {
             break status;
         }
         assert!(
@@ -305,10 +297,10 @@ fn sigterm_finishes_in_flight_requests() {
 #[test]
 fn second_sigterm_exits_at_once() {
     let _serial = serial();
-    let mut s = Server::tiny(&["--body-timeout", "30"]);
+    let mut s = Server::process_tiny(&["--body-timeout", "30"], &[]);
     let mut stalled = s.stall("/v1/systemone", &[], BODY.len(), b"{");
     s.wait_admitted(1, None);
-    let pid = s.child.id().to_string();
+    let pid = s.child().id().to_string();
     let term = || {
         assert!(std::process::Command::new("kill")
             .args(["-TERM", &pid])
@@ -328,13 +320,13 @@ fn second_sigterm_exits_at_once() {
     }
     std::thread::sleep(Duration::from_millis(200));
     assert!(
-        s.child.try_wait().expect("try_wait").is_none(),
+        s.child().try_wait().expect("try_wait").is_none(),
         "the first signal waits for the stalled upload"
     );
     let signalled = Instant::now();
     term();
     let status = loop {
-        if let Some(status) = s.child.try_wait().expect("try_wait") {
+        if let Some(status) = s.child().try_wait().expect("try_wait") {
             break status;
         }
         assert!(

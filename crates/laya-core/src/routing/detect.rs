@@ -18,7 +18,7 @@ use super::text::{
 use super::words::{
     EN_COLLISION_CANDIDATES, NON_EN_DIACRITICS, NORDIC_OVERLAP, SCRIPT_RANGES, SHORT_SWEDISH, STOP,
 };
-use crate::pyjson::{round4, Value};
+use pyjson::{round4, Value};
 
 /// A diacritic rate at or above this reads as non-English even without a stop-word verdict.
 const NON_EN_DIACRITIC_RATE: f64 = 0.02;

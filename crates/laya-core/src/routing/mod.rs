@@ -24,7 +24,7 @@ pub use route::{
     english_from_code, match_workflow, resolve_model_field, route, unknown_model_detail,
 };
 
-use crate::pyjson::{repr_str, write_float, write_str, Object, Value};
+use pyjson::{repr_str, write_float, write_str, Object, Value};
 
 /// One of upstream's three checkpoint names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -4,7 +4,7 @@
 use super::detect::analyse;
 use super::text::{py_lower, py_strip};
 use super::{Checkpoint, Routing, RoutingConfig};
-use crate::pyjson::{py_repr, py_str, repr_str, Value};
+use pyjson::{py_repr, py_str, repr_str, Value};
 
 /// The four typed-decisions workflows and their question-id sets (exact set match).
 const WORKFLOWS: [(&str, [&str; 5]); 4] = [

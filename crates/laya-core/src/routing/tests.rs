@@ -1,7 +1,7 @@
 //! Spec api.md §4.5, §4.6, §6.6 and §13 cases 65-71, 77-79, 85-86, 122-124.
 
 use super::*;
-use crate::pyjson::{dumps, loads, Style};
+use pyjson::{dumps, loads, Style};
 
 const NAMES: &str = "['english', 'multilingual', 'typed-decisions']";
 const ALIASES: &str = "['decisions', 'default', 'en', 'laya', 'laya-multilingual', 'laya-typed-decisions', 'ml', 'multi', 'typed', 'typed_decisions']";

@@ -1,6 +1,5 @@
 //! Fixture access shared by the integration tests, on top of `laya-fixtures`: a stored
 //! checkpoint's directory and every forward pass upstream recorded for it.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 

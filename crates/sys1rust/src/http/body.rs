@@ -8,10 +8,13 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use http_body_util::BodyExt;
 
+use laya_core::request::RequestError;
+
 use super::error::ApiError;
 
-fn too_large() -> ApiError {
-    ApiError::new(413, "request body too large")
+/// A broken upload or a corrupt compressed stream is as unreadable as invalid JSON.
+fn unreadable() -> ApiError {
+    ApiError::Request(RequestError::InvalidJson)
 }
 
 /// Reads the whole body within `deadline`, refusing more than `limit` bytes. A body in
@@ -28,7 +31,7 @@ pub async fn read(
         .and_then(|v| v.to_str().ok())
     {
         if len.trim().parse::<u64>().is_ok_and(|n| n > limit as u64) {
-            return Err(too_large());
+            return Err(ApiError::BodyTooLarge);
         }
     }
     let encoding = headers
@@ -37,14 +40,14 @@ pub async fn read(
         .map(|v| v.trim().to_ascii_lowercase());
     let raw = tokio::time::timeout(deadline, collect(body, limit))
         .await
-        .map_err(|_| ApiError::new(408, "request body was not received in time"))??;
+        .map_err(|_| ApiError::BodyTimeout)??;
     match encoding.as_deref() {
         Some("gzip") | Some("x-gzip") => {
             decompress(flate2::read::MultiGzDecoder::new(&raw[..]), limit)
         }
         Some("zstd") => match zstd::stream::read::Decoder::new(&raw[..]) {
             Ok(d) => decompress(d, limit),
-            Err(_) => Err(ApiError::new(400, "request body must be valid JSON")),
+            Err(_) => Err(unreadable()),
         },
         // Upstream ignores Content-Encoding and parses the raw bytes; so do we for any other.
         _ => Ok(raw),
@@ -55,10 +58,10 @@ async fn collect(mut body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
     let mut out = Vec::new();
     while let Some(frame) = body.frame().await {
         // A broken upload (reset connection) leaves nothing to answer; report it as unreadable.
-        let frame = frame.map_err(|_| ApiError::new(400, "request body must be valid JSON"))?;
+        let frame = frame.map_err(|_| unreadable())?;
         if let Ok(data) = frame.into_data() {
             if out.len() + data.len() > limit {
-                return Err(too_large());
+                return Err(ApiError::BodyTooLarge);
             }
             out.extend_from_slice(&data);
         }
@@ -70,9 +73,8 @@ fn decompress(reader: impl Read, limit: usize) -> Result<Vec<u8>, ApiError> {
     let mut out = Vec::new();
     // One byte past the limit tells "exactly the limit" from "too large".
     match reader.take(limit as u64 + 1).read_to_end(&mut out) {
-        Ok(_) if out.len() > limit => Err(too_large()),
+        Ok(_) if out.len() > limit => Err(ApiError::BodyTooLarge),
         Ok(_) => Ok(out),
-        // A corrupt stream is as unreadable as invalid JSON.
-        Err(_) => Err(ApiError::new(400, "request body must be valid JSON")),
+        Err(_) => Err(unreadable()),
     }
 }

@@ -1,65 +1,94 @@
-//! The one error type of the HTTP layer: upstream's `{"detail": "..."}` with its status.
+//! The one error type of the HTTP layer and the one place that chooses an error's status:
+//! upstream's `{"detail": "..."}` (or Starlette's plain-text 500) for every way a request
+//! can fail, from routing to rendering.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use laya_core::decide::DecideError;
+use laya_core::render::NonFinite;
+use laya_core::request::{RequestError, RequestErrorKind};
 
-/// An error response exactly as upstream renders it: compact JSON, `application/json`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub detail: String,
-    /// `Retry-After: 1` (the admission refusal only).
-    pub retry_after: bool,
-    /// `Allow: <method>` (405 only).
-    pub allow: Option<&'static str>,
-    /// Starlette's own plain-text 500 (an exception upstream's app never catches).
-    pub plain_text: bool,
+use crate::worker::WorkerError;
+
+/// Every failure a request can meet.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Bearer missing or wrong (api.md §11).
+    #[error("invalid or missing bearer token")]
+    Unauthorized,
+    /// No admission slot free (§10).
+    #[error("server busy, try again later")]
+    Busy,
+    #[error("Not Found")]
+    NotFound,
+    /// A known path with another method; the method it takes.
+    #[error("Method Not Allowed")]
+    MethodNotAllowed(&'static str),
+    /// Over 2 MiB, by `Content-Length`, while streaming or after decompression.
+    #[error("request body too large")]
+    BodyTooLarge,
+    /// The whole body did not arrive within the deadline.
+    #[error("request body was not received in time")]
+    BodyTimeout,
+    /// Validation before inference refused the body.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// Inference failed.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// The answer holds a non-finite float (a `NaN` choice label).
+    #[error(transparent)]
+    Render(#[from] NonFinite),
+}
+
+impl From<DecideError> for ApiError {
+    fn from(e: DecideError) -> ApiError {
+        ApiError::Worker(WorkerError::Decide(e))
+    }
+}
+
+/// What an error answers: status, the `detail` text, and whether it is Starlette's plain text.
+struct Answer {
+    status: StatusCode,
+    detail: String,
+    plain_text: bool,
 }
 
 impl ApiError {
-    pub fn new(status: u16, detail: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            detail: detail.into(),
-            retry_after: false,
-            allow: None,
+    fn answer(&self) -> Answer {
+        let json = |status: StatusCode, detail: String| Answer {
+            status,
+            detail,
             plain_text: false,
-        }
-    }
-
-    pub fn unauthorized() -> ApiError {
-        ApiError::new(401, "invalid or missing bearer token")
-    }
-
-    pub fn busy() -> ApiError {
-        ApiError {
-            retry_after: true,
-            ..ApiError::new(503, "server busy, try again later")
-        }
-    }
-
-    pub fn not_found() -> ApiError {
-        ApiError::new(404, "Not Found")
-    }
-
-    pub fn method_not_allowed(allow: &'static str) -> ApiError {
-        ApiError {
-            allow: Some(allow),
-            ..ApiError::new(405, "Method Not Allowed")
-        }
-    }
-
-    pub fn inference_failed() -> ApiError {
-        ApiError::new(500, "inference failed")
-    }
-}
-
-impl From<laya_core::request::ApiError> for ApiError {
-    fn from(e: laya_core::request::ApiError) -> Self {
-        let plain_text = e.is_unhandled();
-        ApiError {
-            plain_text,
-            ..ApiError::new(e.status, e.detail)
+        };
+        let text = self.to_string();
+        match self {
+            ApiError::Unauthorized => json(StatusCode::UNAUTHORIZED, text),
+            ApiError::Busy => json(StatusCode::SERVICE_UNAVAILABLE, text),
+            ApiError::NotFound => json(StatusCode::NOT_FOUND, text),
+            ApiError::MethodNotAllowed(_) => json(StatusCode::METHOD_NOT_ALLOWED, text),
+            ApiError::BodyTooLarge => json(StatusCode::PAYLOAD_TOO_LARGE, text),
+            ApiError::BodyTimeout => json(StatusCode::REQUEST_TIMEOUT, text),
+            ApiError::Request(e) => match e.kind() {
+                RequestErrorKind::Malformed => json(StatusCode::BAD_REQUEST, text),
+                RequestErrorKind::TooLarge => json(StatusCode::PAYLOAD_TOO_LARGE, text),
+                RequestErrorKind::Invalid => json(StatusCode::UNPROCESSABLE_ENTITY, text),
+                RequestErrorKind::Uncaught => Answer {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    detail: text,
+                    plain_text: true,
+                },
+            },
+            // Upstream returns a ValueError's text; every other failure is a fixed 500 whose
+            // cause only the log sees.
+            ApiError::Worker(WorkerError::Decide(e)) if e.is_caller_error() => {
+                json(StatusCode::UNPROCESSABLE_ENTITY, text)
+            }
+            ApiError::Worker(_) => json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "inference failed".to_owned(),
+            ),
+            ApiError::Render(_) => json(StatusCode::UNPROCESSABLE_ENTITY, text),
         }
     }
 }
@@ -76,27 +105,177 @@ pub fn json_response(status: StatusCode, body: String) -> Response {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.plain_text {
-            let mut resp = (self.status, self.detail).into_response();
+        let answer = self.answer();
+        if answer.status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %self, "request failed");
+        }
+        if answer.plain_text {
+            let mut resp = (answer.status, answer.detail).into_response();
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; charset=utf-8"),
             );
             return resp;
         }
-        let mut body = String::with_capacity(self.detail.len() + 12);
+        let mut body = String::with_capacity(answer.detail.len() + 12);
         body.push_str("{\"detail\":");
-        laya_core::pyjson::write_str(&mut body, &self.detail);
+        pyjson::write_str(&mut body, &answer.detail);
         body.push('}');
-        let mut resp = json_response(self.status, body);
-        if self.retry_after {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        if let Some(allow) = self.allow {
-            resp.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        let mut resp = json_response(answer.status, body);
+        match self {
+            ApiError::Busy => {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::MethodNotAllowed(allow) => {
+                resp.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            _ => {}
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use laya_core::agent::PredictError;
+    use laya_core::engine::EngineError;
+    use laya_core::question::QuestionError;
+
+    /// Status, headers (sorted) and body of a response.
+    type Parts = (u16, Vec<(String, String)>, String);
+
+    fn parts(e: ApiError) -> Parts {
+        let resp = e.into_response();
+        let status = resp.status().as_u16();
+        let mut headers: Vec<(String, String)> = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    v.to_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        headers.sort();
+        let body = futures_body(resp.into_body());
+        (status, headers, body)
+    }
+
+    fn futures_body(body: axum::body::Body) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let bytes = rt
+            .block_on(body.collect())
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    fn json(status: u16, detail: &str) -> Parts {
+        (
+            status,
+            vec![("content-type".into(), "application/json".into())],
+            format!("{{\"detail\":{}}}", {
+                let mut s = String::new();
+                pyjson::write_str(&mut s, detail);
+                s
+            }),
+        )
+    }
+
+    fn with(mut t: Parts, k: &str, v: &str) -> Parts {
+        t.1.push((k.into(), v.into()));
+        t.1.sort();
+        t
+    }
+
+    /// Every variant, and every class of a variant, against the status and body of spec
+    /// api.md §3.1, §5.1, §10 and §11.
+    #[test]
+    fn every_error_has_upstreams_status_and_body() {
+        let backend = || EngineError::backend("test", std::io::Error::other("device lost"));
+        let cases: Vec<(ApiError, Parts)> = vec![
+            (
+                ApiError::Unauthorized,
+                json(401, "invalid or missing bearer token"),
+            ),
+            (
+                ApiError::Busy,
+                with(
+                    json(503, "server busy, try again later"),
+                    "retry-after",
+                    "1",
+                ),
+            ),
+            (ApiError::NotFound, json(404, "Not Found")),
+            (
+                ApiError::MethodNotAllowed("POST"),
+                with(json(405, "Method Not Allowed"), "allow", "POST"),
+            ),
+            (ApiError::BodyTooLarge, json(413, "request body too large")),
+            (
+                ApiError::BodyTimeout,
+                json(408, "request body was not received in time"),
+            ),
+            (
+                RequestError::InvalidJson.into(),
+                json(400, "request body must be valid JSON"),
+            ),
+            (
+                RequestError::TooManyQuestions { count: 65, cap: 64 }.into(),
+                json(413, "too many questions (65 > 64)"),
+            ),
+            (
+                RequestError::Lang { key: "lang" }.into(),
+                json(
+                    422,
+                    "lang must be a language code string such as \"de\", or null",
+                ),
+            ),
+            (
+                RequestError::ConfidenceOverflow.into(),
+                (
+                    500,
+                    vec![("content-type".into(), "text/plain; charset=utf-8".into())],
+                    "Internal Server Error".into(),
+                ),
+            ),
+            (
+                DecideError::Question(QuestionError("question 'q': bad".into())).into(),
+                json(422, "question 'q': bad"),
+            ),
+            (
+                DecideError::UnknownTask("unknown model 5; choose".into()).into(),
+                json(422, "unknown model 5; choose"),
+            ),
+            (
+                DecideError::Predict(PredictError::Engine(backend())).into(),
+                json(500, "inference failed"),
+            ),
+            (
+                DecideError::Load {
+                    name: "english",
+                    reason: "corrupt".into(),
+                }
+                .into(),
+                json(500, "inference failed"),
+            ),
+            (WorkerError::Panicked.into(), json(500, "inference failed")),
+            (WorkerError::Stopped.into(), json(500, "inference failed")),
+            (
+                NonFinite.into(),
+                json(422, "Out of range float values are not JSON compliant"),
+            ),
+        ];
+        for (error, want) in cases {
+            let name = format!("{error:?}");
+            assert_eq!(parts(error), want, "{name}");
+        }
     }
 }

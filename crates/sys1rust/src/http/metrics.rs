@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Bucket upper bounds in seconds, shared by the latency and inference-time histograms.
 const BUCKETS: [f64; 14] = [
@@ -100,9 +100,9 @@ impl Metrics {
     }
 
     /// Admitted requests (uploading, queued or running); decremented by the guard's drop.
-    pub fn admitted(&self) -> InFlight<'_> {
+    pub fn admitted(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(self)
+        InFlight(self.clone())
     }
 
     pub fn render(&self) -> String {
@@ -181,9 +181,9 @@ impl Metrics {
     }
 }
 
-pub struct InFlight<'a>(&'a Metrics);
+pub struct InFlight(Arc<Metrics>);
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }

@@ -1,6 +1,12 @@
-//! Test support: start `sys1rust serve` as a real process and talk to it over raw HTTP/1.1,
-//! so requests go out byte for byte as written (raw bodies, odd headers, stalls).
-#![allow(dead_code)]
+//! Test support: a server to talk to, in process or as the real binary, and raw HTTP/1.1 so
+//! requests go out byte for byte as written (raw bodies, odd headers, stalls).
+//!
+//! An in-process [`Server`] runs the library's app on the `tiny` fixture with laya-fixtures'
+//! [`Recorded`] engine (upstream's logits, no model): [`Server::send`] drives `app()` with
+//! `tower::ServiceExt::oneshot`, and the same app also listens on a real socket on port 0 for
+//! the transport checks ([`Server::exchange`], [`Server::stall`], [`Server::connect`]). A
+//! process server ([`Server::process`]) starts `sys1rust serve` for what only a process
+//! shows: environment variables and signals.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -8,18 +14,128 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub use laya_fixtures::fixtures_dir;
+use axum::Router;
+use clap::Parser;
+use http_body_util::BodyExt;
+use laya_core::agent::Agent;
+use laya_core::decide::{Checkpoints, Single};
+use laya_core::engine::Forward;
+use sys1rust::cli::{Cli, Command as Sub, ServeArgs};
+use sys1rust::config::{self, ServeConfig};
+use sys1rust::worker::Loaded;
+use tower::ServiceExt;
 
-/// A running server; killed when dropped.
+pub use laya_fixtures::fixtures_dir;
+use laya_fixtures::Recorded;
+
+/// Runs tests one at a time that measure time (deadlines, latencies) or keep both cores
+/// busy: on a small machine one would make the other miss its deadlines.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The app in process: a runtime serving it on a socket, and the router for `oneshot`.
+struct InProcess {
+    runtime: tokio::runtime::Runtime,
+    app: Router,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// A running server; stopped (or killed) when dropped.
 pub struct Server {
-    pub child: Child,
     pub addr: SocketAddr,
+    /// The ready line (a process) or its `address` (in process).
     pub ready: String,
+    child: Option<Child>,
+    local: Option<InProcess>,
+}
+
+/// The `serve` command line of `args`.
+pub fn serve_args(args: &[&str]) -> ServeArgs {
+    let mut argv = vec!["sys1rust", "serve"];
+    argv.extend_from_slice(args);
+    match Cli::try_parse_from(argv) {
+        Ok(Cli {
+            command: Sub::Serve(args),
+        }) => *args,
+        Ok(_) => panic!("not a serve command line"),
+        Err(e) => panic!("serve {args:?}: {e}"),
+    }
 }
 
 impl Server {
-    /// Starts `sys1rust serve --port 0` with `args` and `env`, waiting for the ready line.
-    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
+    /// `sys1rust serve --model <tiny> <extra>` in process on the recorded-logits engine.
+    pub fn tiny(extra: &[&str]) -> Server {
+        Server::recorded("tiny", extra)
+    }
+
+    /// The fixture checkpoint `name` in process on the recorded-logits engine, with `extra`
+    /// flags.
+    pub fn recorded(name: &str, extra: &[&str]) -> Server {
+        let dir = checkpoint(name);
+        let engine = Recorded::for_checkpoint(name);
+        Server::in_process(extra, &dir, move |dir| {
+            let agent = Agent::load(dir, engine).expect("tokenizer and configs");
+            Single::new(agent)
+        })
+    }
+
+    /// `serve --model <dir> <extra>` in process, the checkpoints built by `build` on the
+    /// engine worker.
+    pub fn in_process<C, B>(extra: &[&str], dir: &std::path::Path, build: B) -> Server
+    where
+        C: Checkpoints + 'static,
+        B: FnOnce(&std::path::Path) -> C + Send + 'static,
+    {
+        let mut args = vec!["--model", dir.to_str().expect("utf-8 path"), "--port", "0"];
+        args.extend_from_slice(extra);
+        let args = serve_args(&args);
+        let label = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let cfg = ServeConfig::from_args(&args, label, None).expect("configuration");
+        let dir = dir.to_path_buf();
+        let state = config::start(&cfg, move || {
+            let checkpoints = build(&dir);
+            Ok((checkpoints, loaded_info()))
+        })
+        .expect("the engine worker starts");
+        let app = sys1rust::http::app(state);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind((cfg.host.as_str(), 0)))
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        runtime.spawn(sys1rust::server::serve(
+            listener,
+            app.clone(),
+            cfg.conn,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Server {
+            addr,
+            ready: format!("{{\"address\":\"{addr}\"}}"),
+            child: None,
+            local: Some(InProcess {
+                runtime,
+                app,
+                stop: Some(stop),
+            }),
+        }
+    }
+
+    /// Starts the real `sys1rust serve --port 0` with `args` and `env`, waiting for the
+    /// ready line.
+    pub fn process(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sys1rust"));
         cmd.arg("serve").args(["--port", "0"]).args(args);
         for (k, v) in env {
@@ -42,17 +158,34 @@ impl Server {
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("no address in the ready line {line:?}"));
         Server {
-            child,
             addr,
             ready: line,
+            child: Some(child),
+            local: None,
         }
     }
 
-    pub fn tiny(extra: &[&str]) -> Server {
+    /// A server process started by the caller, its ready line read.
+    pub fn from_child(child: Child, addr: SocketAddr, ready: String) -> Server {
+        Server {
+            addr,
+            ready,
+            child: Some(child),
+            local: None,
+        }
+    }
+
+    /// The real binary on the `tiny` fixture (MLX, f32 on the CPU).
+    pub fn process_tiny(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = checkpoint("tiny");
         let mut args = vec!["--model", dir.to_str().expect("utf-8 path")];
         args.extend_from_slice(extra);
-        Server::start(&args, &[])
+        Server::process(&args, env)
+    }
+
+    /// The process of a [`Server::process`] server.
+    pub fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("a process server")
     }
 
     pub fn connect(&self) -> TcpStream {
@@ -62,7 +195,8 @@ impl Server {
         s
     }
 
-    /// One request on a fresh connection.
+    /// One request: through `oneshot` in process (unless the headers frame the body
+    /// themselves, which only a socket can carry), else on a fresh connection.
     pub fn send(
         &self,
         method: &str,
@@ -70,9 +204,17 @@ impl Server {
         headers: &[(&str, &str)],
         body: Option<&[u8]>,
     ) -> Response {
-        let mut s = self.connect();
-        write_request(&mut s, method, path, headers, body);
-        read_response(&mut s)
+        let framed = headers.iter().any(|(k, _)| {
+            k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding")
+        });
+        match &self.local {
+            Some(local) if !framed => local.oneshot(method, path, headers, body),
+            _ => {
+                let mut s = self.connect();
+                write_request(&mut s, method, path, headers, body);
+                read_response(&mut s)
+            }
+        }
     }
 
     pub fn post_json(&self, path: &str, body: &str) -> Response {
@@ -85,10 +227,77 @@ impl Server {
     }
 }
 
+impl InProcess {
+    fn oneshot(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Response {
+        let mut req = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "test");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let bytes = body.map(<[u8]>::to_vec).unwrap_or_default();
+        if body.is_some() {
+            req = req.header("content-length", bytes.len());
+        }
+        let req = req
+            .body(axum::body::Body::from(bytes))
+            .expect("a valid request");
+        self.runtime.block_on(async {
+            let resp = self.app.clone().oneshot(req).await.expect("infallible");
+            let status = resp.status().as_u16();
+            let headers = resp
+                .headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_ascii_lowercase(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .expect("the body")
+                .to_bytes()
+                .to_vec();
+            Response {
+                status,
+                headers,
+                body,
+            }
+        })
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(local) = &mut self.local {
+            if let Some(stop) = local.stop.take() {
+                let _ = stop.send(());
+            }
+        }
+    }
+}
+
+/// What the ready line reports of an in-process engine.
+fn loaded_info() -> Loaded {
+    Loaded {
+        info: Recorded::default().info(),
+        load_ms: 0.0,
+        warmup_ms: 0.0,
     }
 }
 

@@ -1,0 +1,5 @@
+//! laya-core integration tests, linked as one binary: request validation against upstream's
+//! references and the §13 cases, and routing.
+
+mod request;
+mod routing;

@@ -1,0 +1,8 @@
+//! laya-mlx integration tests, linked as one binary: loading, MLX itself, parity of every
+//! recorded forward pass with upstream, and end-to-end answers.
+
+mod answers;
+mod common;
+mod load;
+mod mlx_smoke;
+mod parity;

@@ -1,0 +1,263 @@
+//! The command line: every flag, each with the environment variable it falls back to. This
+//! is the only place configuration is read; [`crate::config`] turns it into the settings the
+//! server runs with.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// `sys1rust`.
+#[derive(Parser)]
+#[command(
+    name = "sys1rust",
+    version,
+    about = "Serve Laya System 1 decision models"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Serve the model over HTTP, wire-compatible with laya-serve 0.4.15's /v1/systemone API.
+    Serve(Box<ServeArgs>),
+    /// Answer one `/v1/systemone` request body (a file, or stdin) and print the server's answer.
+    Decide(DecideArgs),
+    /// Time loading and answering a workload in-process (see bench/).
+    Bench(BenchArgs),
+    /// Download a model into the Hugging Face cache (verified, resumable).
+    Pull(PullArgs),
+    /// List the models in the cache.
+    Models,
+}
+
+/// Where the model is and how it runs.
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// A model name (typed-decisions, multilingual, english, or an alias), a Hugging Face repo
+    /// id, or a local checkpoint directory (used in place).
+    #[arg(long, env = "SYS1_MODEL", default_value = laya_hub::DEFAULT_MODEL)]
+    pub model: String,
+    /// Serve another cached revision (a commit or its prefix; the pin's 7-character prefix
+    /// means the pin).
+    #[arg(long, env = "SYS1_REVISION")]
+    pub revision: Option<String>,
+    /// Never download (also HF_HUB_OFFLINE=1): a model missing from the cache is an error.
+    #[arg(long)]
+    pub offline: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// How the forward pass runs.
+#[derive(Args, Clone, Debug)]
+pub struct EngineArgs {
+    /// Compute in f32 (the default on the CPU, where MLX has no fast f16 matmul).
+    #[arg(long, env = "SYS1_F32", conflicts_with = "f16", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
+    pub f32: bool,
+    /// Compute in f16 (the default on a GPU).
+    #[arg(long)]
+    pub f16: bool,
+    /// Device that runs the forward pass.
+    #[arg(long, value_enum, default_value_t = Device::Auto, env = "SYS1_DEVICE")]
+    pub device: Device,
+    /// How sliding-window layers attend: auto (on the CPU query blocks for rows of 256 tokens
+    /// or more, on a GPU the full masked scores), always the full masked scores (masked), or
+    /// always query blocks (blocked). Same answers; a speed knob.
+    #[arg(long, value_enum, default_value_t = Sliding::Auto, env = "SYS1_SLIDING_ATTENTION")]
+    pub sliding_attention: Sliding,
+    /// Which engine runs the forward pass: auto (the native CUDA engine on an NVIDIA GPU, MLX
+    /// elsewhere), mlx, or cuda.
+    #[arg(long, value_enum, default_value_t = EngineChoice::Auto, env = "SYS1_ENGINE")]
+    pub engine: EngineChoice,
+    /// CUDA engine: replay CUDA graphs (off launches kernel by kernel; for diagnosis).
+    #[arg(long, env = "SYS1_CUDA_GRAPHS", default_value = "true", value_parser = truthy_default_on, hide = true)]
+    pub cuda_graphs: bool,
+    /// CUDA engine: `rows` runs the plain reference attention (slow; for diagnosis).
+    #[arg(long, value_enum, env = "SYS1_CUDA_ATTENTION", default_value_t = CudaAttention::Flash, hide = true)]
+    pub cuda_attention: CudaAttention,
+    /// Persistent directory for compiled GPU kernels (serve's --kernel-cache).
+    #[arg(skip)]
+    pub kernel_cache: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Sliding {
+    Auto,
+    Masked,
+    Blocked,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Device {
+    /// The GPU when libmlx has one (Metal, CUDA), else the CPU.
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+/// `--engine`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineChoice {
+    /// laya-cuda when an NVIDIA GPU (compute capability 8.0+) and the CUDA 13 libraries are
+    /// there and the device is not `cpu`; MLX otherwise.
+    Auto,
+    /// MLX (CPU, Metal, or MLX's CUDA backend).
+    Mlx,
+    /// The native NVIDIA engine; an error where it cannot run.
+    Cuda,
+}
+
+/// `SYS1_CUDA_ATTENTION`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CudaAttention {
+    Flash,
+    Rows,
+}
+
+/// `sys1rust serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to bind.
+    #[arg(long, env = "LAYA_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind; 0 picks a free port (the ready line says which).
+    #[arg(long, env = "LAYA_PORT", default_value_t = 8000)]
+    pub port: u16,
+    /// Require `Authorization: Bearer <key>` on the decision routes (and /metrics).
+    #[arg(long, env = "LAYA_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Decision requests admitted at once (one runs, the rest queue); more get 503.
+    #[arg(long, env = "LAYA_MAX_CONCURRENT", default_value = "16", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::positive_int_or(Some(s), 16)))]
+    pub max_concurrent: usize,
+    /// Strict Jev output: only the contracted keys.
+    #[arg(long, env = "LAYA_JEV_STRICT", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
+    pub jev_strict: bool,
+    /// Seconds to receive a whole request body (408 after).
+    #[arg(long, env = "LAYA_BODY_READ_TIMEOUT", default_value = "10", value_parser = |s: &str| Ok::<f64, std::convert::Infallible>(seconds_or(s, 10.0)))]
+    pub body_timeout: f64,
+    /// Largest `max_len` / `head_max_len` a request may ask for.
+    #[arg(long, env = "LAYA_MAX_TOKEN_BUDGET", default_value = "8192", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::positive_int_or(Some(s), laya_core::request::DEFAULT_MAX_TOKEN_BUDGET)))]
+    pub max_token_budget: usize,
+    /// Token budget of one batch forward pass (larger batches are split, never refused).
+    #[arg(long, env = "LAYA_MAX_BATCH_TOKENS", default_value = "131072", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::positive_int_or(Some(s), laya_core::request::DEFAULT_MAX_BATCH_TOKENS)))]
+    pub max_batch_tokens: usize,
+    /// Routing fallback for states without language evidence (english, multilingual, typed-decisions).
+    #[arg(long, env = "LAYA_DEFAULT_MODEL", default_value = "multilingual")]
+    pub default_model: String,
+    /// Answer a choice with more options than this by elimination in groups of this size
+    /// (2-100; anything else is off), which also raises the per-choice cap to 255.
+    #[arg(long, env = "LAYA_TOURNAMENT_GROUP", default_value = "0", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::tournament_group(Some(s))))]
+    pub tournament_group: usize,
+    /// Route requests whose question ids match a typed-decisions workflow to typed-decisions.
+    #[arg(long, env = "LAYA_AUTO_TASK", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
+    pub auto_task: bool,
+    /// The source string `routing.repo` reports (default: the model's repo id or directory name).
+    #[arg(long, env = "SYS1_REPO_LABEL")]
+    pub repo_label: Option<String>,
+    /// Most open connections; new ones past it are closed at once.
+    #[arg(long, env = "SYS1_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers.
+    #[arg(long, env = "SYS1_HEADER_TIMEOUT", default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds an idle keep-alive connection stays open (at most --header-timeout, whose timer
+    /// also runs while a connection waits for its next request).
+    #[arg(long, env = "SYS1_KEEP_ALIVE_TIMEOUT", default_value_t = 5.0)]
+    pub keep_alive_timeout: f64,
+    /// Persistent directory for compiled GPU kernels, so a restarted server skips the
+    /// run-time compilation a first start pays: MLX's (MLX_PTX_CACHE_DIR; default
+    /// $XDG_CACHE_HOME/sys1rust/mlx or ~/.cache/sys1rust/mlx; an exported MLX_PTX_CACHE_DIR
+    /// wins over the default, not over this option) and the CUDA engine's cubins (default
+    /// ~/.cache/sys1rust/kernels).
+    #[arg(long, env = "SYS1_KERNEL_CACHE")]
+    pub kernel_cache: Option<PathBuf>,
+    /// MLX's own kernel cache variable, when an operator exported it.
+    #[arg(long, env = "MLX_PTX_CACHE_DIR", hide = true)]
+    pub mlx_ptx_cache_dir: Option<PathBuf>,
+}
+
+/// `sys1rust decide`.
+#[derive(Args, Debug)]
+pub struct DecideArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The request body (`{"state": ..., "questions": {...}}`); `-` or nothing reads stdin.
+    pub request: Option<PathBuf>,
+}
+
+/// `sys1rust bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A workload file (JSONL, lines `{"id", "body"}` as in shared/seed-workloads).
+    #[arg(long)]
+    pub workload: PathBuf,
+    /// Request id prefixes to time, e.g. `s128_q1,s512_q10` (all lines whose id starts so);
+    /// none times every id group (the id up to its last `_`).
+    #[arg(long, value_delimiter = ',')]
+    pub shapes: Vec<String>,
+    /// Timed requests per shape (cycling through that shape's lines).
+    #[arg(long, default_value_t = 10)]
+    pub runs: usize,
+    /// Untimed requests per shape before timing.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+}
+
+/// `sys1rust pull`.
+#[derive(Args, Debug)]
+pub struct PullArgs {
+    /// Model name, alias or Hugging Face repo id.
+    #[arg(default_value = laya_hub::DEFAULT_MODEL)]
+    pub model: String,
+    /// A revision other than the pin (commit, prefix or branch).
+    #[arg(long)]
+    pub revision: Option<String>,
+}
+
+/// Upstream's boolean environment rule: `1`, `true`, `yes`, `on` (any case) are true.
+pub fn truthy(s: &str) -> Result<bool, std::convert::Infallible> {
+    Ok(matches!(
+        s.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "yes" | "on"
+    ))
+}
+
+/// A switch that is on unless set to `0`, `false`, `no` or `off`.
+fn truthy_default_on(s: &str) -> Result<bool, std::convert::Infallible> {
+    Ok(!matches!(
+        s.trim().to_ascii_lowercase().as_str(),
+        "0" | "false" | "no" | "off"
+    ))
+}
+
+/// A positive, finite number of seconds; anything else is `default` (upstream's rule for
+/// `LAYA_BODY_READ_TIMEOUT`).
+fn seconds_or(s: &str, default: f64) -> f64 {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => v,
+        _ => default,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_number_rules() {
+        assert!(truthy(" YES ").unwrap_or(false));
+        assert!(!truthy("2").unwrap_or(true));
+        assert!(!truthy_default_on("off").unwrap_or(true));
+        assert!(truthy_default_on("").unwrap_or(false));
+        assert_eq!(seconds_or("1.5", 10.0), 1.5);
+        assert_eq!(seconds_or("-1", 10.0), 10.0);
+        assert_eq!(seconds_or("inf", 10.0), 10.0);
+        assert_eq!(seconds_or("abc", 10.0), 10.0);
+    }
+}

@@ -1,0 +1,79 @@
+//! The subcommands, each a thin layer over the library: parse the command line once, resolve
+//! the model, and hand over to the server, the decision pipeline or the hub.
+
+mod bench;
+mod decide;
+mod models;
+mod serve;
+
+use std::time::Instant;
+
+use anyhow::Context;
+use laya_core::agent::Agent;
+use laya_core::decide::Single;
+use laya_core::engine::Forward;
+
+use crate::cli::{Cli, Command, ModelArgs};
+use crate::engine::AnyForward;
+use crate::worker::Loaded;
+
+/// Runs the command line; the result is the process's exit status.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve::run(*args),
+        Command::Decide(args) => decide::run(&args),
+        Command::Bench(args) => bench::run(&args),
+        Command::Pull(args) => models::pull(&args),
+        Command::Models => models::list(),
+    }
+}
+
+impl ModelArgs {
+    /// Finds the checkpoint directory, downloading the model once if it is not cached.
+    pub fn resolve(&self) -> anyhow::Result<laya_hub::ResolvedModel> {
+        let hub = laya_hub::Hub::from_env().context("reading the Hugging Face settings")?;
+        let progress = laya_hub::stderr_progress();
+        hub.resolve(&self.model, self.revision.as_deref(), self.offline, &*progress).with_context(|| {
+            format!(
+                "cannot get model {:?}. Where Hugging Face cannot be reached, serve a local checkpoint \
+                 directory instead: --model DIR (rl_agent_config.json, model.safetensors, encoder/, tokenizer/)",
+                self.model
+            )
+        })
+    }
+}
+
+/// What `routing.repo` prints for a resolved model when no label is given: upstream prints the
+/// checkpoint's source, the repo id or the directory as configured.
+pub(crate) fn repo_label(resolved: &laya_hub::ResolvedModel) -> String {
+    match &resolved.repo {
+        Some(repo) => repo.clone(),
+        None => resolved
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| resolved.name.clone()),
+    }
+}
+
+/// Loads the resolved model as the one checkpoint behind every name, and warms it when
+/// `warm` (the server does before its ready line).
+pub(crate) fn load_single(
+    model: &ModelArgs,
+    dir: &std::path::Path,
+    warm: bool,
+) -> anyhow::Result<(Single<AnyForward>, Loaded)> {
+    let started = Instant::now();
+    let mut agent: Agent<AnyForward> = model.engine.load_agent(dir)?;
+    let load_ms = started.elapsed().as_secs_f64() * 1e3;
+    let warm_started = Instant::now();
+    if warm {
+        agent.forward.warm().context("warming the engine up")?;
+    }
+    let loaded = Loaded {
+        info: agent.forward.info(),
+        load_ms,
+        warmup_ms: warm_started.elapsed().as_secs_f64() * 1e3,
+    };
+    Ok((Single::new(agent), loaded))
+}

@@ -1,0 +1,18 @@
+//! sys1rust integration tests, linked as one binary, one module per area:
+//!
+//! * `conformance`: the §13 cases of spec api.md and what sys1rust adds, against the app in
+//!   process (and the real binary where the environment is the point);
+//! * `replay`: every recorded request of upstream's references, byte for byte, on the
+//!   recorded-logits engine and on MLX (f32 and f16);
+//! * `transport`: real sockets: admission under slow uploads, idle connections, SIGTERM;
+//! * `readme_example`, `hub` (downloads from a mock hub by the real binary), `install`
+//!   (installer and service files).
+
+mod conformance;
+mod hub;
+mod install;
+mod readme_example;
+mod replay;
+#[allow(dead_code)]
+mod support;
+mod transport;
