@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds sys1rust from source (preparing MLX with scripts/setup-mlx.sh) and serves a model:
 #   scripts/serve.sh                                  # typed-decisions, downloaded once
-#   scripts/serve.sh --model ../shared/fixtures/checkpoints/tiny --port 8000
+#   scripts/serve.sh --model crates/laya-fixtures/data/checkpoints/tiny --port 8000
 # Arguments go to `sys1rust serve` (see `sys1rust serve --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

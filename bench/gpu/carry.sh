@@ -16,7 +16,8 @@
 #                     it, so the checkpoint can be made before libmlx is in place)
 #   site.tar.xz       site/mlx/{include,share} and site/mlx_cuda_13.libs: the rest of the wheel
 #                     (NVRTC reads include/ at run time)
-#   data.tar.xz       fixtures/{checkpoint-configs,tokenizers,workloads} and seed/*.jsonl
+#   data.tar.xz       fixtures/{checkpoint-configs,tokenizers,workloads} (crates/laya-fixtures/data)
+#                     and seed/*.jsonl (../shared/seed-workloads, else the fixtures' workloads)
 #   laya-0.4.15-py3-none-any.whl   upstream, pure Python (the device has its dependencies)
 #   libmlx.so.xz.partN libmlx.so with the GPU images of other architectures zeroed
 #                     (bench/gpu/slim-fatbin.py, SM=90 for the H200): ~15 MB instead of 68 MB
@@ -36,6 +37,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 SHARED=${SYS1_SHARED:-$ROOT/../shared}
+# The test fixtures (checkpoints, references, tokenizer, configs) are the repository's own.
+FIXTURES=${SYS1_FIXTURES:-$ROOT/crates/laya-fixtures/data}
 CARRY_MIB=${CARRY_MIB:-58}
 TARGET=target/cuda
 WORK=$ROOT/.carry/work
@@ -92,12 +95,18 @@ tar -C "$WORK" -cJf "$OUTD/bin.tar.xz" bin stub
 cp -r "$MLXROOT/mlx/include" "$MLXROOT/mlx/share" "$WORK/site/mlx/"
 cp -r "$MLXROOT/mlx_cuda_13.libs" "$WORK/site/"
 XZ_OPT=-9 tar -C "$WORK" -cJf "$OUTD/site.tar.xz" site
-cp -r "$SHARED/fixtures/checkpoint-configs" "$SHARED/fixtures/tokenizers" "$SHARED/fixtures/workloads" "$WORK/fixtures/"
-cp "$SHARED/seed-workloads/"*.jsonl "$WORK/seed/"
+cp -r "$FIXTURES/checkpoint-configs" "$FIXTURES/tokenizers" "$FIXTURES/workloads" "$WORK/fixtures/"
+# The benchmark workloads: the seed workloads earlier results were measured on when they are
+# beside the checkout, else the fixtures' synthetic ones (the same shape ids).
+if [ -d "$SHARED/seed-workloads" ]; then
+  cp "$SHARED/seed-workloads/"*.jsonl "$WORK/seed/"
+else
+  cp "$FIXTURES/workloads/smoke.jsonl" "$FIXTURES/workloads/short.jsonl" "$WORK/seed/"
+fi
 tar -C "$WORK" -cJf "$OUTD/data.tar.xz" fixtures seed
 if [ "${CARRY_FIXTURES:-1}" != 0 ]; then
   mkdir -p "$WORK/fx"
-  cp -r "$SHARED/fixtures/checkpoints" "$SHARED/fixtures/references" "$WORK/fx/"
+  cp -r "$FIXTURES/checkpoints" "$FIXTURES/references" "$WORK/fx/"
   tar -C "$WORK/fx" --transform 's,^,fixtures/,' -cJf "$OUTD/fixtures.tar.xz" checkpoints references
 fi
 

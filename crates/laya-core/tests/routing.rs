@@ -1,8 +1,8 @@
 //! The `routing` block of every 200 answer of both decision routes in the upstream references,
 //! and the `unknown model` 422 details, reproduced byte for byte.
 //!
-//! References: `$SYS1_FIXTURES/references/{tiny,tiny-multilingual-shape}/{smoke,short,edge}.jsonl`
-//! (default fixture dir `<workspace>/../shared/fixtures`). They were recorded with every
+//! References: `references/<checkpoint>/{smoke,short,edge}.jsonl` of the fixtures
+//! (`crates/laya-fixtures/data`, or `$SYS1_FIXTURES`). They were recorded with every
 //! checkpoint name registered to the one checkpoint directory, so `routing.repo` is that
 //! directory's name (`"tiny"`, `"tiny-multilingual-shape"`) for all three names; the router
 //! default (`multilingual`) and `LAYA_AUTO_TASK` off.

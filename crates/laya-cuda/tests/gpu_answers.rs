@@ -10,7 +10,7 @@ use laya_core::agent::Agent;
 use laya_core::engine::Row;
 use laya_cuda::{Attention, CudaEngine, CudaSettings};
 use laya_fixtures::{
-    check_f16_references, decision_cases, fixtures_dir, max_logit_diff, CHECKPOINTS,
+    check_f16_references, checkpoints, decision_cases, fixtures_dir, max_logit_diff,
 };
 
 fn gpu() -> bool {
@@ -52,7 +52,7 @@ fn f16_answers_within_tolerance() {
     if !gpu() {
         return;
     }
-    for ckpt in CHECKPOINTS {
+    for ckpt in &checkpoints() {
         let mut engine = engine(ckpt, &CudaSettings::default());
         let (stats, _) = check_f16_references(&mut engine, ckpt);
         println!("cuda f16 {ckpt}: {}", stats.summary());
@@ -69,7 +69,7 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
     if !gpu() {
         return;
     }
-    for ckpt in CHECKPOINTS {
+    for ckpt in &checkpoints() {
         let mut graphs = engine(ckpt, &CudaSettings::default());
         let passes = reference_passes(&graphs, ckpt);
         assert!(passes.len() > 100, "{ckpt}: {} passes", passes.len());
@@ -173,7 +173,7 @@ fn batch_mates_do_not_change_answers() {
     if !gpu() {
         return;
     }
-    for ckpt in CHECKPOINTS {
+    for ckpt in &checkpoints() {
         let mut e = engine(ckpt, &CudaSettings::default());
         let passes = reference_passes(&e, ckpt);
         let n = check_batch_mates(&mut e.forward, &passes[..passes.len().min(60)], ckpt);

@@ -15,8 +15,8 @@ mod unrounded;
 
 pub use compare::{check_f16, check_f32, F16Stats, NumberDiff};
 pub use references::{
-    decision_cases, fixtures_dir, read_jsonl, references, DecisionCall, DecisionCase, Recorded,
-    RefRow, Reference, Replay, UnknownRow, CHECKPOINTS, WORKLOADS,
+    checkpoints, decision_cases, fixtures_dir, read_jsonl, references, DecisionCall, DecisionCase,
+    Recorded, RefRow, Reference, Replay, UnknownRow, WORKLOADS,
 };
 pub use suites::{check_f16_references, max_logit_diff};
 pub use unrounded::{open_text, unrounded_body, unrounded_like, upstream_results};

@@ -5,31 +5,53 @@ use std::path::PathBuf;
 
 use laya_core::agent::BatchOptions;
 use laya_core::confidence::MinConfidence;
+use laya_core::config::QType;
 use laya_core::decide::Decision;
+use laya_core::engine::{EngineError, EngineInfo, Forward, Row, RowLogits};
 use laya_core::request::{parse_batch, parse_decision, Limits};
 use laya_core::routing::RoutingConfig;
-use laya_core::config::QType;
-use laya_core::engine::{EngineError, EngineInfo, Forward, Row, RowLogits};
 use pyjson::{Object, Value};
 
-/// The two stored checkpoints, each with references recorded by upstream.
-pub const CHECKPOINTS: [&str; 2] = ["tiny", "tiny-multilingual-shape"];
 /// The HTTP workloads recorded for each checkpoint.
 pub const WORKLOADS: [&str; 3] = ["smoke", "short", "edge"];
 
-/// `$SYS1_FIXTURES`, else `shared/fixtures` beside the repository. A missing directory is a
-/// hard failure: a parity suite that skips silently proves nothing.
+/// The fixtures: `$SYS1_FIXTURES` when set, else the ones in this crate (`data/`). A missing
+/// directory is a hard failure: a parity suite that skips silently proves nothing.
 pub fn fixtures_dir() -> PathBuf {
     let dir = match std::env::var_os("SYS1_FIXTURES") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data"),
     };
     assert!(
         dir.join("references").is_dir() && dir.join("checkpoints").is_dir(),
-        "fixtures not found at {} (set SYS1_FIXTURES to the shared/fixtures directory)",
+        "fixtures not found at {} (SYS1_FIXTURES names another fixtures directory)",
         dir.display()
     );
     dir
+}
+
+/// The checkpoints that have upstream's references of every [`WORKLOADS`] entry, by name,
+/// sorted (`tiny`, `tiny-english`, `tiny-multilingual-shape` here).
+pub fn checkpoints() -> Vec<String> {
+    let dir = fixtures_dir();
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("references"))
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            WORKLOADS
+                .iter()
+                .all(|w| e.path().join(format!("{w}.jsonl")).is_file())
+                && dir.join("checkpoints").join(e.file_name()).is_dir()
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(
+        !names.is_empty(),
+        "no checkpoint with references in {}",
+        dir.display()
+    );
+    names
 }
 
 /// Every line of a JSONL file, parsed with Python's rules.

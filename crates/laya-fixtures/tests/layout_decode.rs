@@ -5,8 +5,8 @@
 use laya_core::agent::Agent;
 use laya_core::confidence;
 use laya_fixtures::{
-    check_f32, decision_cases, fixtures_dir, open_text, unrounded_like, upstream_results,
-    DecisionCase, Replay, CHECKPOINTS,
+    check_f32, checkpoints, decision_cases, fixtures_dir, open_text, unrounded_like,
+    upstream_results, DecisionCase, Replay,
 };
 
 #[test]
@@ -15,7 +15,7 @@ fn layout_and_decoding_match_upstream() {
     let mut checked = 0;
     let mut boundary = 0;
     let mut without_rows = 0;
-    for ckpt in CHECKPOINTS {
+    for ckpt in &checkpoints() {
         let dir = fixtures.join("checkpoints").join(ckpt);
         let mut engine = Agent::load(&dir, Replay::default()).expect("checkpoint loads");
         for case in decision_cases(ckpt) {

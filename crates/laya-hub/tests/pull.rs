@@ -98,7 +98,7 @@ fn pull_builds_the_hugging_face_cache_layout() {
     let table = render_models_table(&listed);
     let row = table.lines().nth(1).unwrap_or_default();
     assert!(
-        row.starts_with("tiny  c0ffee0   18.2 MiB  complete  /"),
+        row.starts_with("tiny  c0ffee0   10.2 MiB  complete  /"),
         "{table}"
     );
 
@@ -331,9 +331,9 @@ fn a_slow_answer_completes_with_progress_lines() {
     let text = String::from_utf8(progress.into_inner()).unwrap_or_default();
     for want in [
         "pulling tiny (laya-test/tiny@c0ffee0)",
-        "model.safetensors: downloading 14.8 MiB",
+        "model.safetensors: downloading 6.8 MiB",
         "model.safetensors: 50% (",
-        "model.safetensors: verifying 14.8 MiB",
+        "model.safetensors: verifying 6.8 MiB",
         "model.safetensors: ok",
         "tokenizer/tokenizer_config.json: ok",
     ] {

@@ -10,7 +10,7 @@
 //!     --preset tiny --seed 1001 --out /tmp/tiny [--configs DIR] [--force]
 //! ```
 //!
-//! Presets (configs from `shared/fixtures/checkpoint-configs/<base>`):
+//! Presets (configs from `crates/laya-fixtures/data/checkpoint-configs/<base>`):
 //!
 //! | preset | base configs | encoder | params |
 //! |---|---|---|---|
@@ -19,7 +19,7 @@
 //! | `large` | typed-decisions, byte for byte | ModernBERT-large | 421,293,830 |
 //! | `multilingual` | multilingual, byte for byte | mmBERT-base | 321,908,998 |
 //!
-//! Every checkpoint gets the ModernBERT tokenizer (`shared/fixtures/tokenizers/modernbert`;
+//! Every checkpoint gets the ModernBERT tokenizer (`crates/laya-fixtures/data/tokenizers/modernbert`;
 //! the real 34 MB mmBERT tokenizer is not available offline; its ids all fit the 256k table).
 //!
 //! Values follow the oracle's initialisation scales (`shared/oracle/README.md`,
@@ -93,7 +93,7 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    let default_fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures");
+    let default_fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../laya-fixtures/data");
     Ok(Args {
         preset: preset.ok_or(USAGE)?,
         seed: seed.ok_or(USAGE)?,

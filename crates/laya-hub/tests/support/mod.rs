@@ -24,19 +24,7 @@ pub const OTHER_MAIN: &str = "dada000000000000000000000000000000000003";
 /// The token private repos need.
 pub const TOKEN: &str = "hf_testtoken123";
 
-/// `SYS1_FIXTURES`, else `../shared/fixtures` next to the workspace.
-pub fn fixtures_dir() -> PathBuf {
-    let dir = match std::env::var_os("SYS1_FIXTURES") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
-    };
-    assert!(
-        dir.join("checkpoints/tiny").is_dir(),
-        "fixtures not found at {} (set SYS1_FIXTURES to the shared/fixtures directory)",
-        dir.display()
-    );
-    dir
-}
+pub use laya_fixtures::fixtures_dir;
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
