@@ -12,9 +12,9 @@
 
 use pyjson::{Object, Value};
 
-use crate::agent::{Agent, BatchOptions, PredictError, StateResult};
+use crate::agent::{BatchOptions, PredictError, StateResult};
+pub use crate::checkpoints::Checkpoints;
 use crate::confidence::{self, MinConfidence};
-use crate::engine::Forward;
 use crate::question::{parse_questions, QuestionError};
 use crate::request::{BatchRequest, DecisionRequest};
 use crate::routing::{self, Checkpoint, Routing, RoutingConfig};
@@ -73,18 +73,6 @@ pub struct Settings {
     pub routing: RoutingConfig,
     /// `LAYA_TOURNAMENT_GROUP`: narrow choices over this many options by elimination; 0 is off.
     pub tournament_group: usize,
-}
-
-/// The checkpoints a decision can be routed to (upstream's `Router` registry).
-pub trait Checkpoints {
-    type Forward: Forward;
-
-    /// Upstream's `Router._get`: the agent that answers `name`, loaded if it is not resident,
-    /// and now the most recently used.
-    fn agent(&mut self, name: Checkpoint) -> Result<&mut Agent<Self::Forward>, DecideError>;
-
-    /// The resident checkpoints, least recently used first (`/health` `loaded`).
-    fn resident(&self) -> Vec<Checkpoint>;
 }
 
 /// One state's finished answer.
@@ -147,7 +135,7 @@ pub enum DecideError {
     Predict(#[from] PredictError),
     /// A routed checkpoint could not be loaded.
     #[error("loading checkpoint {name}: {reason}")]
-    Load { name: &'static str, reason: String },
+    Load { name: Checkpoint, reason: String },
 }
 
 impl DecideError {
@@ -260,7 +248,7 @@ fn predict_call<C: Checkpoints>(
         let r = routing::route(
             state,
             &qids,
-            d.pin,
+            d.pin.as_ref(),
             d.task.as_ref(),
             d.lang.as_deref(),
             d.lang_guess.as_deref(),
@@ -272,13 +260,13 @@ fn predict_call<C: Checkpoints>(
     let mut groups: Vec<Checkpoint> = Vec::new();
     for r in &routes {
         if !groups.contains(&r.model) {
-            groups.push(r.model);
+            groups.push(r.model.clone());
         }
     }
     let mut parsed = None;
     let mut answered: Vec<Option<StateResult>> = vec![None; states.len()];
     for name in groups {
-        let agent = checkpoints.agent(name)?;
+        let agent = checkpoints.agent(&name)?;
         let questions = match &parsed {
             Some(q) => q,
             None => parsed.insert(parse_questions(questions)?),
@@ -305,61 +293,4 @@ fn predict_call<C: Checkpoints>(
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((results, routes))
-}
-
-/// Upstream's resident checkpoints (`Router._order`, `/health` `loaded`), least recently used
-/// first.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Residency {
-    order: Vec<Checkpoint>,
-}
-
-impl Residency {
-    /// Upstream's order after `LAYA_PRELOAD`: every checkpoint in registry order.
-    pub fn preloaded() -> Residency {
-        Residency {
-            order: Checkpoint::ALL.to_vec(),
-        }
-    }
-
-    /// `name` becomes the most recently used (resident from now on).
-    pub fn touch(&mut self, name: Checkpoint) {
-        self.order.retain(|&c| c != name);
-        self.order.push(name);
-    }
-
-    /// Least recently used first.
-    pub fn order(&self) -> &[Checkpoint] {
-        &self.order
-    }
-}
-
-/// One checkpoint answering under every name (`sys1rust serve --model X`): the routing
-/// decision is still upstream's, and the residency order still moves as upstream's would.
-pub struct Single<F> {
-    pub agent: Agent<F>,
-    pub residency: Residency,
-}
-
-impl<F> Single<F> {
-    /// `agent` answering every name, all three preloaded as upstream's default start does.
-    pub fn new(agent: Agent<F>) -> Single<F> {
-        Single {
-            agent,
-            residency: Residency::preloaded(),
-        }
-    }
-}
-
-impl<F: Forward> Checkpoints for Single<F> {
-    type Forward = F;
-
-    fn agent(&mut self, name: Checkpoint) -> Result<&mut Agent<F>, DecideError> {
-        self.residency.touch(name);
-        Ok(&mut self.agent)
-    }
-
-    fn resident(&self) -> Vec<Checkpoint> {
-        self.residency.order().to_vec()
-    }
 }

@@ -18,6 +18,7 @@
 
 pub mod agent;
 pub mod checkpoint;
+pub mod checkpoints;
 pub mod confidence;
 pub mod config;
 pub mod decide;

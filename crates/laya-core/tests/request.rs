@@ -691,7 +691,7 @@ fn model_check_reads_the_raw_value() {
     let r = ok(dec(r#"{"state":"x","questions":{},"model":" LAYA "}"#));
     assert_eq!(
         (r.model, r.pin),
-        (Some(Value::from(" LAYA ")), Some(Checkpoint::English))
+        (Some(Value::from(" LAYA ")), Some(Checkpoint::english()))
     );
     // A list is read through Python's str(): `['a/b']` holds a slash, so it names a source.
     expect_err(

@@ -45,7 +45,15 @@ fn route_body(body: &Object, state: &Value, cfg: &RoutingConfig) -> Result<Routi
         .unwrap_or_default();
     let lang = body.get("lang").and_then(Value::as_str);
     let lang_guess = body.get("lang_guess").and_then(Value::as_str);
-    route(state, &ids, pin, body.get("task"), lang, lang_guess, cfg)
+    route(
+        state,
+        &ids,
+        pin.as_ref(),
+        body.get("task"),
+        lang,
+        lang_guess,
+        cfg,
+    )
 }
 
 #[derive(Default, Debug)]

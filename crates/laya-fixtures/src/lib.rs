@@ -19,4 +19,7 @@ pub use references::{
     Recorded, RefRow, Reference, Replay, UnknownRow, WORKLOADS,
 };
 pub use suites::{check_f16_references, max_logit_diff};
-pub use unrounded::{open_text, unrounded_body, unrounded_like, upstream_results};
+pub use unrounded::{
+    open_text, unrounded_body, unrounded_body_routed, unrounded_like, upstream_results,
+    ReplayAgents,
+};

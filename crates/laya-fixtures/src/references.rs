@@ -162,7 +162,8 @@ fn qtype(v: &Value) -> QType {
 }
 
 impl Reference {
-    fn from_value(v: &Value) -> Reference {
+    /// One reference line, as read from a reference file.
+    pub fn from_value(v: &Value) -> Reference {
         let Value::Object(o) = v else {
             panic!("a reference line must be an object")
         };

@@ -10,6 +10,7 @@ use laya_core::engine::RowLogits;
 use laya_core::question::parse_questions;
 use laya_core::question::Question;
 use laya_core::render;
+use pyjson::Value;
 
 use crate::{Reference, Replay};
 
@@ -52,21 +53,61 @@ pub fn unrounded_like(answer: &Answer, q: &Question, out: &RowLogits, cfg: &Agen
 /// raw logits with the same gate and `x_jev_confidence`), or `None` when upstream recorded
 /// no rows for this request (raw-body requests).
 pub fn unrounded_body(engine: &mut Agent<Replay>, reference: &Reference) -> Option<String> {
+    unrounded_body_routed(engine, reference)
+}
+
+/// The agents whose configs decode a router's answers, by the name `routing.model` gives.
+pub trait ReplayAgents {
+    fn agent(&mut self, name: &str) -> Option<&mut Agent<Replay>>;
+}
+
+/// One agent for every name.
+impl ReplayAgents for Agent<Replay> {
+    fn agent(&mut self, _: &str) -> Option<&mut Agent<Replay>> {
+        Some(self)
+    }
+}
+
+impl ReplayAgents for std::collections::HashMap<String, Agent<Replay>> {
+    fn agent(&mut self, name: &str) -> Option<&mut Agent<Replay>> {
+        self.get_mut(name)
+    }
+}
+
+/// [`unrounded_body`] for a router's answer, each state decoded with the configs of the
+/// checkpoint its `routing.model` names.
+pub fn unrounded_body_routed(
+    agents: &mut impl ReplayAgents,
+    reference: &Reference,
+) -> Option<String> {
     let call = reference.decision_call()?;
     if reference.passes.is_empty() {
         return None;
     }
     let questions = parse_questions(&call.questions).ok()?;
-    engine.forward = Replay::new(&reference.passes);
-    let mut results = engine
-        .predict_batch(&call.states, &questions, &call.opts)
-        .ok()?;
-    if let Some(min) = &call.min_confidence {
-        confidence::apply_gate(&mut results, min);
-    }
-    confidence::add_jev_confidence(&mut results);
+    let upstream: Vec<Value> = match pyjson::loads(reference.body.as_bytes()).ok()?.value {
+        Value::Object(o) if call.batch => o.get("results")?.as_array()?.to_vec(),
+        other => vec![other],
+    };
     let mut body = reference.body.clone();
-    for (s, r) in results.iter_mut().enumerate() {
+    for (s, state) in call.states.iter().enumerate() {
+        let model = upstream
+            .get(s)?
+            .as_object()?
+            .get("routing")?
+            .as_object()?
+            .get("model")?
+            .as_str()?;
+        let engine = agents.agent(model)?;
+        engine.forward = Replay::new(&reference.passes);
+        let mut results = engine
+            .predict_batch(std::slice::from_ref(state), &questions, &call.opts)
+            .ok()?;
+        if let Some(min) = &call.min_confidence {
+            confidence::apply_gate(&mut results, min);
+        }
+        confidence::add_jev_confidence(&mut results);
+        let r = results.first_mut()?;
         for (q, (_, a)) in questions.iter().zip(r.answers.iter_mut()) {
             let row = reference.row(s, &q.id)?;
             *a = unrounded_like(a, q, &row.output(), &engine.config);

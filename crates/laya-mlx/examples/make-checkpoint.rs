@@ -18,6 +18,7 @@
 //! | `tiny-multilingual-shape` | multilingual (RoPE 160000 on every layer) | same tiny dims | 7,732,742 |
 //! | `large` | typed-decisions, byte for byte | ModernBERT-large | 421,293,830 |
 //! | `multilingual` | multilingual, byte for byte | mmBERT-base | 321,908,998 |
+//! | `english` | english, byte for byte | ModernBERT-large | 421,293,830 |
 //!
 //! Every checkpoint gets the ModernBERT tokenizer (`crates/laya-fixtures/data/tokenizers/modernbert`;
 //! the real 34 MB mmBERT tokenizer is not available offline; its ids all fit the 256k table).
@@ -56,12 +57,13 @@ fn preset(name: &str) -> Option<Preset> {
         "tiny-multilingual-shape" => p("multilingual", true, true, "english"),
         "large" => p("typed-decisions", false, false, "typed-decisions"),
         "multilingual" => p("multilingual", false, true, "english"),
+        "english" => p("english", false, true, "english"),
         _ => return None,
     })
 }
 
 const USAGE: &str =
-    "usage: make-checkpoint --preset tiny|tiny-multilingual-shape|large|multilingual \
+    "usage: make-checkpoint --preset tiny|tiny-multilingual-shape|large|multilingual|english \
 --seed N --out DIR [--configs FIXTURES_DIR] [--force]";
 
 struct Args {

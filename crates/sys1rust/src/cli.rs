@@ -36,9 +36,11 @@ pub enum Command {
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
     /// A model name (typed-decisions, multilingual, english, or an alias), a Hugging Face repo
-    /// id, or a local checkpoint directory (used in place).
-    #[arg(long, env = "SYS1_MODEL", default_value = laya_hub::DEFAULT_MODEL)]
-    pub model: String,
+    /// id, or a local checkpoint directory (used in place). `serve` without it holds upstream's
+    /// three checkpoints and answers each request with the one its router picks; the other
+    /// commands take typed-decisions.
+    #[arg(long, env = "SYS1_MODEL")]
+    pub model: Option<String>,
     /// Serve another cached revision (a commit or its prefix; the pin's 7-character prefix
     /// means the pin).
     #[arg(long, env = "SYS1_REVISION")]
@@ -158,6 +160,8 @@ pub struct ServeArgs {
     /// The source string `routing.repo` reports (default: the model's repo id or directory name).
     #[arg(long, env = "SYS1_REPO_LABEL")]
     pub repo_label: Option<String>,
+    #[command(flatten)]
+    pub router: RouterArgs,
     /// Most open connections; new ones past it are closed at once.
     #[arg(long, env = "SYS1_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
@@ -178,6 +182,30 @@ pub struct ServeArgs {
     /// MLX's own kernel cache variable, when an operator exported it.
     #[arg(long, env = "MLX_PTX_CACHE_DIR", hide = true)]
     pub mlx_ptx_cache_dir: Option<PathBuf>,
+}
+
+/// The router (no `--model`): upstream's checkpoint registry and residency settings.
+#[derive(Args, Clone, Debug)]
+pub struct RouterArgs {
+    /// Checkpoints beside (or instead of) the built-in ones, as JSON `{name: source}`; a source
+    /// is a Hugging Face repo id, a local directory (relative to the working directory) or
+    /// `["repo", "subfolder"]`. A built-in name re-points that checkpoint.
+    #[arg(long, env = "LAYA_EXTRA_MODELS")]
+    pub extra_models: Option<String>,
+    /// Load the checkpoints at start (`1`, `true`, `yes`, `on`; anything else is off), not when
+    /// a request first needs them.
+    #[arg(long, env = "LAYA_PRELOAD", default_value = "true", value_parser = truthy_or_true)]
+    pub preload: bool,
+    /// The checkpoints to preload, comma-separated names or aliases (default: all).
+    #[arg(long, env = "LAYA_MODELS")]
+    pub models: Option<String>,
+    /// Most checkpoints resident at once (anything but a positive integer: 2), raised to fit
+    /// what was preloaded; the least recently used is unloaded first.
+    #[arg(long, env = "LAYA_MAX_LOADED", default_value = "2", value_parser = max_loaded)]
+    pub max_loaded: usize,
+    /// Unload every checkpoint after this many seconds without a request (0: never).
+    #[arg(long, env = "LAYA_IDLE_UNLOAD_SECONDS", default_value = "0", value_parser = idle_seconds)]
+    pub idle_unload_seconds: f64,
 }
 
 /// `sys1rust decide`.
@@ -212,9 +240,15 @@ pub struct BenchArgs {
 /// `sys1rust pull`.
 #[derive(Args, Debug)]
 pub struct PullArgs {
-    /// Model name, alias or Hugging Face repo id.
-    #[arg(default_value = laya_hub::DEFAULT_MODEL)]
-    pub model: String,
+    /// Model name, alias or Hugging Face repo id (default: the checkpoints `serve` would
+    /// preload, `LAYA_MODELS` or all three).
+    pub model: Option<String>,
+    /// The checkpoints to pull when no model is named (`serve`'s preload list).
+    #[arg(long, env = "LAYA_MODELS", hide = true)]
+    pub models: Option<String>,
+    /// The extra checkpoints `serve` would register (`LAYA_EXTRA_MODELS`).
+    #[arg(long, env = "LAYA_EXTRA_MODELS", hide = true)]
+    pub extra_models: Option<String>,
     /// A revision other than the pin (commit, prefix or branch).
     #[arg(long)]
     pub revision: Option<String>,
@@ -226,6 +260,27 @@ pub fn truthy(s: &str) -> Result<bool, std::convert::Infallible> {
         s.trim().to_ascii_lowercase().as_str(),
         "1" | "true" | "yes" | "on"
     ))
+}
+
+/// Upstream's `_env_bool(name, True)`: blank is the default (true), else [`truthy`].
+fn truthy_or_true(s: &str) -> Result<bool, std::convert::Infallible> {
+    if s.trim().is_empty() {
+        return Ok(true);
+    }
+    truthy(s)
+}
+
+/// `LAYA_MAX_LOADED`: a positive integer, anything else the router's default of 2.
+fn max_loaded(s: &str) -> Result<usize, std::convert::Infallible> {
+    Ok(laya_core::request::positive_int_or(Some(s), 2))
+}
+
+/// `LAYA_IDLE_UNLOAD_SECONDS`: a positive, finite number of seconds, anything else off (0).
+fn idle_seconds(s: &str) -> Result<f64, std::convert::Infallible> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Ok(0.0),
+    }
 }
 
 /// A switch that is on unless set to `0`, `false`, `no` or `off`.
@@ -259,5 +314,11 @@ mod tests {
         assert_eq!(seconds_or("-1", 10.0), 10.0);
         assert_eq!(seconds_or("inf", 10.0), 10.0);
         assert_eq!(seconds_or("abc", 10.0), 10.0);
+        assert!(truthy_or_true(" ").unwrap_or(false));
+        assert!(!truthy_or_true("0").unwrap_or(true));
+        assert_eq!(max_loaded("3").unwrap_or(0), 3);
+        assert_eq!(max_loaded("-1").unwrap_or(0), 2);
+        assert_eq!(idle_seconds("nan").unwrap_or(1.0), 0.0);
+        assert_eq!(idle_seconds("1.5").unwrap_or(0.0), 1.5);
     }
 }

@@ -6,15 +6,16 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use laya_core::decide::{self, Checkpoints};
+use laya_core::decide;
 use laya_core::render::Output;
 use laya_core::request::{Limits, MAX_CHOICE_OPTIONS, MAX_TOURNAMENT_CHOICE_OPTIONS};
 use laya_core::routing::{Checkpoint, RoutingConfig};
 
 use crate::cli::ServeArgs;
 use crate::http::{AppState, HttpConfig};
+use crate::registry::Registry;
 use crate::server::ConnLimits;
-use crate::worker::{self, Loaded};
+use crate::worker::{self, Owned, Started};
 
 /// Everything `serve` needs besides the model itself.
 #[derive(Debug, Clone)]
@@ -26,19 +27,42 @@ pub struct ServeConfig {
     pub decide: decide::Settings,
     /// Admission slots (`LAYA_MAX_CONCURRENT`).
     pub max_concurrent: usize,
+    /// Unload every checkpoint after this long without a request (router mode).
+    pub idle_unload: Option<Duration>,
+}
+
+/// What `serve` holds.
+#[derive(Debug, Clone)]
+pub enum Served {
+    /// `--model X`: one checkpoint answers every name; `label` is what `routing.repo` prints.
+    Single { label: String },
+    /// Upstream's router over the registry.
+    Router(Registry),
 }
 
 impl ServeConfig {
-    /// From the command line, for a served model whose `routing.repo` label is `repo_label`
-    /// and whose commit is `revision` (`None` for a local directory).
-    pub fn from_args(
-        args: &ServeArgs,
-        repo_label: String,
-        revision: Option<String>,
-    ) -> anyhow::Result<ServeConfig> {
-        let default_model = Checkpoint::from_name(&args.default_model)
-            .with_context(|| format!("invalid LAYA_DEFAULT_MODEL {:?}", args.default_model))?;
-        let routing = RoutingConfig::single(repo_label, default_model, args.auto_task);
+    /// From the command line, for what is served.
+    pub fn from_args(args: &ServeArgs, served: &Served) -> anyhow::Result<ServeConfig> {
+        let extra = match served {
+            Served::Single { .. } => Vec::new(),
+            Served::Router(r) => r.extra_names(),
+        };
+        let default_model =
+            laya_core::routing::parse_default_model(Some(&args.default_model), &extra)
+                .map_err(anyhow::Error::msg)?
+                .unwrap_or_else(Checkpoint::multilingual);
+        let routing = match served {
+            Served::Single { label } => {
+                RoutingConfig::single(label.clone(), default_model, args.auto_task)
+            }
+            Served::Router(r) => r.routing(default_model, args.auto_task),
+        };
+        let idle_unload = match served {
+            Served::Router(_) if args.router.idle_unload_seconds > 0.0 => {
+                Some(Duration::from_secs_f64(args.router.idle_unload_seconds))
+            }
+            _ => None,
+        };
         let http = HttpConfig {
             api_key: args.api_key.clone().filter(|k| !k.is_empty()),
             body_timeout: Duration::from_secs_f64(args.body_timeout),
@@ -58,7 +82,7 @@ impl ServeConfig {
                 Output::Full
             },
             routing: routing.clone(),
-            revision,
+            idle_unload_seconds: idle_unload.map(|d| d.as_secs_f64()),
         };
         Ok(ServeConfig {
             host: args.host.clone(),
@@ -74,6 +98,7 @@ impl ServeConfig {
                 tournament_group: args.tournament_group,
             },
             max_concurrent: args.max_concurrent,
+            idle_unload,
         })
     }
 }
@@ -82,18 +107,23 @@ impl ServeConfig {
 /// thread, waits until it is ready, and returns the handlers' state.
 pub fn start<C, B>(cfg: &ServeConfig, build: B) -> anyhow::Result<AppState>
 where
-    C: Checkpoints + 'static,
-    B: FnOnce() -> anyhow::Result<(C, Loaded)> + Send + 'static,
+    C: Owned + 'static,
+    B: FnOnce() -> anyhow::Result<(C, Started)> + Send + 'static,
 {
-    let (handle, ready, _thread) = worker::spawn(cfg.max_concurrent, cfg.decide.clone(), build)
-        .context("starting the engine worker")?;
-    let loaded = ready
+    let (handle, ready, _thread) = worker::spawn(
+        cfg.max_concurrent,
+        cfg.decide.clone(),
+        cfg.idle_unload,
+        build,
+    )
+    .context("starting the engine worker")?;
+    let started = ready
         .recv()
         .context("the engine worker stopped while loading")??;
     Ok(AppState::new(
         cfg.http.clone(),
         handle,
         cfg.max_concurrent,
-        loaded,
+        started,
     ))
 }

@@ -64,10 +64,10 @@ impl EngineArgs {
         }
     }
 
-    /// Loads the forward pass of the checkpoint in `dir` on the chosen engine.
-    pub fn load_forward(&self, dir: &Path) -> anyhow::Result<AnyForward> {
+    /// Whether the checkpoints load on the CUDA engine (asked for, or `auto` on an NVIDIA GPU).
+    fn use_cuda(&self) -> anyhow::Result<bool> {
         let cuda = self.cuda_settings();
-        let use_cuda = match self.choice()? {
+        Ok(match self.choice()? {
             EngineChoice::Mlx => false,
             EngineChoice::Cuda => true,
             EngineChoice::Auto => match laya_cuda::probe(cuda.ordinal) {
@@ -80,8 +80,37 @@ impl EngineArgs {
                     false
                 }
             },
+        })
+    }
+
+    /// What a checkpoint loaded with these arguments would report, before any is loaded
+    /// (`/health` with nothing resident names the device a load would use).
+    pub fn preview(&self) -> laya_core::engine::EngineInfo {
+        if self.use_cuda().unwrap_or(false) {
+            return laya_core::engine::EngineInfo {
+                engine: "cuda",
+                device: "cuda".into(),
+                precision: "f16",
+            };
+        }
+        let gpu = !matches!(self.device, Device::Cpu) && laya_mlx::backend::BACKEND != "cpu";
+        let device = match (gpu, laya_mlx::backend::BACKEND) {
+            (true, "metal") => "mps",
+            (true, _) => "cuda",
+            (false, _) => "cpu",
         };
-        if use_cuda {
+        let f32 = self.f32 || (!gpu && !self.f16);
+        laya_core::engine::EngineInfo {
+            engine: "mlx",
+            device: device.into(),
+            precision: if f32 { "f32" } else { "f16" },
+        }
+    }
+
+    /// Loads the forward pass of the checkpoint in `dir` on the chosen engine.
+    pub fn load_forward(&self, dir: &Path) -> anyhow::Result<AnyForward> {
+        let cuda = self.cuda_settings();
+        if self.use_cuda()? {
             let engine =
                 laya_cuda::CudaEngine::load(dir, &cuda).context("starting the CUDA engine")?;
             Ok(Box::new(engine))

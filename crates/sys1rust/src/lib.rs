@@ -19,5 +19,6 @@ pub mod cmd;
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod registry;
 pub mod server;
 pub mod worker;

@@ -6,11 +6,11 @@
 //! crosses threads, and inference never runs on the I/O threads.
 
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use laya_core::checkpoints::Resident;
 use laya_core::decide::{self, Checkpoints, DecideError, Decided, Decision, Settings};
 use laya_core::engine::EngineInfo;
-use laya_core::routing::Checkpoint;
 use tokio::sync::oneshot;
 
 /// A finished decision and upstream's `X-Inference-Time-Ms`: from taking the job off the
@@ -45,26 +45,59 @@ struct Job {
 
 /// What the worker reports once its engines are built (the ready line, `/health`).
 #[derive(Debug, Clone)]
-pub struct Loaded {
+pub struct Started {
+    /// The engine of the checkpoints (what a first load would use when none is preloaded).
     pub info: EngineInfo,
     pub load_ms: f64,
     pub warmup_ms: f64,
+}
+
+/// The checkpoints the worker owns, as it builds them: how to unload them after idling.
+pub trait Owned: Checkpoints {
+    /// Unload everything resident (upstream's idle unload); a no-op where nothing can be
+    /// loaded again.
+    fn unload_all(&mut self) {}
+}
+
+impl<F: laya_core::engine::Forward> Owned for laya_core::checkpoints::Single<F> {}
+
+impl<F: laya_core::engine::Forward> Owned for laya_core::checkpoints::Router<F> {
+    fn unload_all(&mut self) {
+        laya_core::checkpoints::Router::unload_all(self);
+    }
+}
+
+/// What the worker publishes after each decision.
+struct Published {
+    resident: Vec<Resident>,
+    /// When the last decision finished (upstream marks it after every inference).
+    last_request: Instant,
 }
 
 /// The sending side of the worker's queue, and what it publishes.
 #[derive(Clone)]
 pub struct WorkerHandle {
     tx: mpsc::SyncSender<Job>,
-    resident: Arc<Mutex<Vec<Checkpoint>>>,
+    published: Arc<Mutex<Published>>,
 }
 
 impl WorkerHandle {
     /// The resident checkpoints after the last finished decision, least recently used first.
-    pub fn resident(&self) -> Vec<Checkpoint> {
-        self.resident
+    pub fn resident(&self) -> Vec<Resident> {
+        self.published
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .resident
             .clone()
+    }
+
+    /// How long ago the last decision finished (or the worker started).
+    pub fn idle_for(&self) -> Duration {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_request
+            .elapsed()
     }
 
     /// Queues a decision under the caller's span, with its admission slot (`ticket`, held
@@ -89,31 +122,37 @@ impl WorkerHandle {
 }
 
 /// Starts the worker thread. `build` runs on that thread and makes the checkpoints; its
-/// outcome is reported through the returned receiver before any job is taken.
+/// outcome is reported through the returned receiver before any job is taken. With
+/// `idle_unload` (upstream's `LAYA_IDLE_UNLOAD_SECONDS`), everything resident is unloaded once
+/// no decision has finished for that long.
 pub fn spawn<C, B>(
     capacity: usize,
     settings: Settings,
+    idle_unload: Option<Duration>,
     build: B,
 ) -> std::io::Result<(
     WorkerHandle,
-    mpsc::Receiver<anyhow::Result<Loaded>>,
+    mpsc::Receiver<anyhow::Result<Started>>,
     std::thread::JoinHandle<()>,
 )>
 where
-    C: Checkpoints + 'static,
-    B: FnOnce() -> anyhow::Result<(C, Loaded)> + Send + 'static,
+    C: Owned + 'static,
+    B: FnOnce() -> anyhow::Result<(C, Started)> + Send + 'static,
 {
     let (tx, rx) = mpsc::sync_channel::<Job>(capacity.max(1));
     let (ready_tx, ready_rx) = mpsc::channel();
-    let resident = Arc::new(Mutex::new(Checkpoint::ALL.to_vec()));
-    let published = resident.clone();
+    let published = Arc::new(Mutex::new(Published {
+        resident: Vec::new(),
+        last_request: Instant::now(),
+    }));
+    let shared = published.clone();
     let thread = std::thread::Builder::new()
         .name("sys1-engine".into())
         .spawn(move || {
             let mut checkpoints = match build() {
-                Ok((checkpoints, loaded)) => {
-                    publish(&published, &checkpoints);
-                    let _ = ready_tx.send(Ok(loaded));
+                Ok((checkpoints, started)) => {
+                    publish(&shared, &checkpoints, false);
+                    let _ = ready_tx.send(Ok(started));
                     checkpoints
                 }
                 Err(e) => {
@@ -121,14 +160,46 @@ where
                     return;
                 }
             };
-            while let Ok(job) = rx.recv() {
+            loop {
+                let job = match idle_unload {
+                    None => match rx.recv() {
+                        Ok(job) => job,
+                        Err(_) => return,
+                    },
+                    Some(idle) => {
+                        let since = shared
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .last_request
+                            .elapsed();
+                        match rx.recv_timeout(idle.saturating_sub(since)) {
+                            Ok(job) => job,
+                            Err(mpsc::RecvTimeoutError::Timeout) => {
+                                if !checkpoints.resident().is_empty() {
+                                    checkpoints.unload_all();
+                                    tracing::info!(
+                                        idle_s = idle.as_secs_f64(),
+                                        "idle: unloaded the resident checkpoints"
+                                    );
+                                    publish(&shared, &checkpoints, false);
+                                }
+                                // Wait for the next request before counting idleness again.
+                                match rx.recv() {
+                                    Ok(job) => job,
+                                    Err(_) => return,
+                                }
+                            }
+                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                        }
+                    }
+                };
                 let _entered = job.span.enter();
                 let started = Instant::now();
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     decide::decide(&mut checkpoints, &settings, &job.decision)
                 }));
                 let inference_ms = started.elapsed().as_secs_f64() * 1e3;
-                publish(&published, &checkpoints);
+                publish(&shared, &checkpoints, true);
                 let outcome = match outcome {
                     Ok(Ok(decided)) => Ok(Answer {
                         decided,
@@ -141,9 +212,13 @@ where
                 let _ = job.reply.send(outcome);
             }
         })?;
-    Ok((WorkerHandle { tx, resident }, ready_rx, thread))
+    Ok((WorkerHandle { tx, published }, ready_rx, thread))
 }
 
-fn publish(to: &Mutex<Vec<Checkpoint>>, checkpoints: &impl Checkpoints) {
-    *to.lock().unwrap_or_else(|e| e.into_inner()) = checkpoints.resident();
+fn publish(to: &Mutex<Published>, checkpoints: &impl Checkpoints, decided: bool) {
+    let mut p = to.lock().unwrap_or_else(|e| e.into_inner());
+    p.resident = checkpoints.resident();
+    if decided {
+        p.last_request = Instant::now();
+    }
 }

@@ -11,7 +11,7 @@
 //! with everything else in the body (usage, routing, errors, key order) exact.
 
 use laya_core::agent::Agent;
-use laya_core::decide::Single;
+use laya_core::checkpoints::Single;
 use laya_fixtures::{check_f32, checkpoints, references, unrounded_body, Replay, WORKLOADS};
 use pyjson::{Object, Style, Value};
 
@@ -167,7 +167,7 @@ fn server(ckpt: &str, mode: Mode) -> Server {
                 .model
                 .engine;
             Server::in_process(&[precision], &dir, move |dir| {
-                Single::new(engine.load_agent(dir).expect("the checkpoint loads"))
+                Single::new(engine.load_agent(dir).expect("the checkpoint loads"), None)
             })
         }
     }

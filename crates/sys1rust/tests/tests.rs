@@ -4,6 +4,8 @@
 //!   process (and the real binary where the environment is the point);
 //! * `replay`: every recorded request of upstream's references, byte for byte, on the
 //!   recorded-logits engine and on MLX (f32 and f16);
+//! * `router`: upstream's router over the three fixture checkpoints, every configuration of
+//!   its references, by the real binary;
 //! * `transport`: real sockets: admission under slow uploads, idle connections, SIGTERM;
 //! * `readme_example`, `hub` (downloads from a mock hub by the real binary), `install`
 //!   (installer and service files).
@@ -13,6 +15,7 @@ mod hub;
 mod install;
 mod readme_example;
 mod replay;
+mod router;
 #[allow(dead_code)]
 mod support;
 mod transport;

@@ -9,9 +9,8 @@
 //! * [`Routing::write_json`]: the exact `routing` JSON text.
 //! * [`analyse`]: the detector alone.
 //!
-//! sys1rust serves one checkpoint under all three names; [`RoutingConfig::repos`] says what
-//! `routing.repo` prints for each. Upstream's `LAYA_EXTRA_MODELS` (more names) is not
-//! supported: the names are exactly the three built-in ones.
+//! [`RoutingConfig`] is the registry: the three built-in names and any registered beside them
+//! (upstream's `LAYA_EXTRA_MODELS`), each with what `routing.repo` prints for it.
 
 mod detect;
 mod route;
@@ -20,99 +19,142 @@ mod unicode_table;
 mod words;
 
 pub use detect::{analyse, Detection};
+use route::unknown_model_detail_in;
 pub use route::{
     english_from_code, match_workflow, resolve_model_field, route, unknown_model_detail,
 };
 
+use std::sync::Arc;
+
 use pyjson::{repr_str, write_float, write_str, Object, Value};
 
-/// One of upstream's three checkpoint names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Checkpoint {
-    English,
-    Multilingual,
-    TypedDecisions,
-}
+/// The canonical name of a checkpoint the router knows: one of the three built-in names, or
+/// one registered beside them (upstream's `LAYA_EXTRA_MODELS`). Trimmed, lower-cased, aliases
+/// resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Checkpoint(Arc<str>);
 
 impl Checkpoint {
-    pub const ALL: [Checkpoint; 3] = [
-        Checkpoint::English,
-        Checkpoint::Multilingual,
-        Checkpoint::TypedDecisions,
+    /// The built-in names, in upstream's registry order.
+    pub const BUILT_IN: [&'static str; 3] = ["english", "multilingual", "typed-decisions"];
+
+    /// Upstream's `_ALIASES`: alias -> built-in name.
+    pub const ALIASES: [(&'static str, &'static str); 10] = [
+        ("en", "english"),
+        ("laya", "english"),
+        ("default", "english"),
+        ("multi", "multilingual"),
+        ("ml", "multilingual"),
+        ("laya-multilingual", "multilingual"),
+        ("typed", "typed-decisions"),
+        ("typed_decisions", "typed-decisions"),
+        ("laya-typed-decisions", "typed-decisions"),
+        ("decisions", "typed-decisions"),
     ];
 
-    /// Upstream's `_ALIASES`.
-    pub const ALIASES: [(&'static str, Checkpoint); 10] = [
-        ("en", Checkpoint::English),
-        ("laya", Checkpoint::English),
-        ("default", Checkpoint::English),
-        ("multi", Checkpoint::Multilingual),
-        ("ml", Checkpoint::Multilingual),
-        ("laya-multilingual", Checkpoint::Multilingual),
-        ("typed", Checkpoint::TypedDecisions),
-        ("typed_decisions", Checkpoint::TypedDecisions),
-        ("laya-typed-decisions", Checkpoint::TypedDecisions),
-        ("decisions", Checkpoint::TypedDecisions),
-    ];
-
-    /// The canonical name: `english`, `multilingual`, `typed-decisions`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Checkpoint::English => "english",
-            Checkpoint::Multilingual => "multilingual",
-            Checkpoint::TypedDecisions => "typed-decisions",
-        }
+    pub fn english() -> Checkpoint {
+        Checkpoint("english".into())
     }
 
-    /// Upstream's `Router.resolve` on a text: trimmed and lower-cased (Python's rules), then
-    /// an alias or a name. Note `default` is an alias of `english`.
-    pub fn resolve(name: &str) -> Option<Checkpoint> {
-        let key = text::py_lower(text::py_strip(name));
-        Checkpoint::ALIASES
-            .iter()
-            .find(|(a, _)| *a == key)
-            .map(|(_, c)| *c)
-            .or_else(|| Checkpoint::ALL.iter().copied().find(|c| c.name() == key))
+    pub fn multilingual() -> Checkpoint {
+        Checkpoint("multilingual".into())
     }
 
-    /// A name or alias (upstream's `normalise_name`): the same reading as [`Checkpoint::resolve`].
+    pub fn typed_decisions() -> Checkpoint {
+        Checkpoint("typed-decisions".into())
+    }
+
+    /// The three built-in checkpoints, in registry order.
+    pub fn built_in() -> [Checkpoint; 3] {
+        [
+            Checkpoint::english(),
+            Checkpoint::multilingual(),
+            Checkpoint::typed_decisions(),
+        ]
+    }
+
+    /// A name as it stands, already canonical (a registry entry's).
+    pub fn new(name: &str) -> Checkpoint {
+        Checkpoint(name.into())
+    }
+
+    /// The canonical name.
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether this is one of the three built-in names.
+    pub fn is_built_in(&self) -> bool {
+        Checkpoint::BUILT_IN.contains(&self.name())
+    }
+
+    /// A built-in name or alias (upstream's `normalise_name`, which knows the built-ins only).
     pub fn from_name(name: &str) -> Option<Checkpoint> {
-        Checkpoint::resolve(name)
+        let key = canonical_name(name);
+        Checkpoint::BUILT_IN
+            .contains(&key.as_str())
+            .then(|| Checkpoint(key.into()))
     }
 
-    /// Upstream's `_repo_str` of the bundled checkpoint (`repo/subfolder`).
-    pub fn bundle_repo(self) -> &'static str {
-        match self {
-            Checkpoint::English => "convaiinnovations/laya",
-            Checkpoint::Multilingual => "convaiinnovations/laya/multilingual",
-            Checkpoint::TypedDecisions => "convaiinnovations/laya/typed-decisions",
+    /// Upstream's `_repo_str` of a built-in bundled checkpoint (`repo/subfolder`).
+    pub fn bundle_repo(name: &str) -> Option<&'static str> {
+        match name {
+            "english" => Some("convaiinnovations/laya"),
+            "multilingual" => Some("convaiinnovations/laya/multilingual"),
+            "typed-decisions" => Some("convaiinnovations/laya/typed-decisions"),
+            _ => None,
         }
     }
+}
 
-    fn index(self) -> usize {
-        match self {
-            Checkpoint::English => 0,
-            Checkpoint::Multilingual => 1,
-            Checkpoint::TypedDecisions => 2,
-        }
+impl std::fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
+}
+
+/// Upstream's `canonical_name`: `str(name).strip().lower()`, then an alias's built-in name.
+/// Whether the result names a checkpoint is the registry's question.
+pub fn canonical_name(name: &str) -> String {
+    let key = text::py_lower(text::py_strip(name));
+    Checkpoint::ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == key)
+        .map_or(key, |(_, name)| (*name).to_owned())
 }
 
 /// `LAYA_DEFAULT_MODEL` as upstream reads it at start-up: unset or blank → `Ok(None)` (the
-/// router's default, `multilingual`); a name or alias → that checkpoint; anything else → the
-/// exact exit message `invalid LAYA_DEFAULT_MODEL %r: unknown model %r; …`.
-pub fn parse_default_model(raw: Option<&str>) -> Result<Option<Checkpoint>, String> {
+/// router's default, `multilingual`); a built-in name or alias, or a name `extra` registers
+/// → that checkpoint; anything else → the exact exit message
+/// `invalid LAYA_DEFAULT_MODEL %r: unknown model %r; …` (which lists the built-ins only).
+pub fn parse_default_model(
+    raw: Option<&str>,
+    extra: &[Checkpoint],
+) -> Result<Option<Checkpoint>, String> {
     let Some(raw) = raw.filter(|r| !text::py_strip(r).is_empty()) else {
         return Ok(None);
     };
-    match Checkpoint::resolve(raw) {
-        Some(c) => Ok(Some(c)),
-        None => Err(format!(
-            "invalid LAYA_DEFAULT_MODEL {}: {}",
-            repr_str(text::py_strip(raw)),
-            unknown_model_detail(&Value::Str(raw.to_string()))
-        )),
+    if let Some(c) = Checkpoint::from_name(raw) {
+        return Ok(Some(c));
     }
+    let key = canonical_name(raw);
+    if let Some(c) = extra.iter().find(|c| c.name() == key) {
+        return Ok(Some(c.clone()));
+    }
+    let built_in: Vec<&str> = Checkpoint::BUILT_IN.to_vec();
+    Err(format!(
+        "invalid LAYA_DEFAULT_MODEL {}: {}",
+        repr_str(text::py_strip(raw)),
+        unknown_model_detail_in(&Value::Str(raw.to_string()), &built_in)
+    ))
+}
+
+/// A registry entry: a checkpoint and what `routing.repo` prints for it (upstream's
+/// `_repo_str` of its source: the repo id, `repo/subfolder`, or the path as configured).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub name: Checkpoint,
+    pub repo: String,
 }
 
 /// Server-wide routing settings.
@@ -123,45 +165,78 @@ pub struct RoutingConfig {
     pub default_model: Checkpoint,
     /// `LAYA_AUTO_TASK`: route exact typed-decisions workflow id sets to `typed-decisions`.
     pub auto_task: bool,
-    /// What `routing.repo` prints per checkpoint, indexed english, multilingual,
-    /// typed-decisions.
-    pub repos: [String; 3],
+    /// The registry in upstream's order: the three built-ins, then the names registered
+    /// beside them. Always holds the built-ins.
+    pub models: Vec<Registered>,
 }
 
 impl Default for RoutingConfig {
     /// Upstream's defaults, with the bundle repos.
     fn default() -> Self {
         RoutingConfig {
-            default_model: Checkpoint::Multilingual,
+            default_model: Checkpoint::multilingual(),
             auto_task: false,
-            repos: Checkpoint::ALL.map(|c| c.bundle_repo().to_string()),
+            models: Checkpoint::built_in()
+                .into_iter()
+                .map(|name| {
+                    let repo = Checkpoint::bundle_repo(name.name()).unwrap_or_default();
+                    Registered {
+                        name,
+                        repo: repo.to_owned(),
+                    }
+                })
+                .collect(),
         }
     }
 }
 
 impl RoutingConfig {
-    /// Defaults, with every checkpoint name reporting `repo` (one served checkpoint; upstream
+    /// Defaults, with every built-in name reporting `repo` (one served checkpoint; upstream
     /// prints the `LAYA_EXTRA_MODELS` source string in that setup, e.g. `"tiny"`).
     pub fn single_source(repo: &str) -> Self {
-        RoutingConfig {
-            repos: [repo.to_string(), repo.to_string(), repo.to_string()],
-            ..Default::default()
-        }
+        RoutingConfig::single(repo, Checkpoint::multilingual(), false)
     }
 
-    /// One served checkpoint printed as `repo` under every name, with the given
+    /// One served checkpoint printed as `repo` under every built-in name, with the given
     /// `LAYA_DEFAULT_MODEL` and `LAYA_AUTO_TASK`.
     pub fn single(repo: impl Into<String>, default_model: Checkpoint, auto_task: bool) -> Self {
         let repo = repo.into();
         RoutingConfig {
             default_model,
             auto_task,
-            repos: [repo.clone(), repo.clone(), repo],
+            models: Checkpoint::built_in()
+                .into_iter()
+                .map(|name| Registered {
+                    name,
+                    repo: repo.clone(),
+                })
+                .collect(),
         }
     }
 
-    pub fn repo(&self, c: Checkpoint) -> &str {
-        &self.repos[c.index()]
+    /// Upstream's `Router.resolve`: the registered checkpoint `name` (any case, trimmed, an
+    /// alias) names, if any.
+    pub fn resolve(&self, name: &str) -> Option<Checkpoint> {
+        let key = canonical_name(name);
+        self.models
+            .iter()
+            .find(|m| m.name.name() == key)
+            .map(|m| m.name.clone())
+    }
+
+    /// What `routing.repo` prints for `c`.
+    pub fn repo(&self, c: &Checkpoint) -> &str {
+        self.models
+            .iter()
+            .find(|m| &m.name == c)
+            .map_or("", |m| m.repo.as_str())
+    }
+
+    /// The registered names, sorted (as upstream's messages list them).
+    pub fn sorted_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.models.iter().map(|m| m.name.name()).collect();
+        names.sort_unstable();
+        names
     }
 }
 

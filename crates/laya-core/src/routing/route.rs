@@ -46,15 +46,9 @@ const ENGLISH_SUBTAGS: [&str; 3] = ["en", "eng", "english"];
 /// The bundle id that means "let the router choose" rather than pinning English.
 const BUNDLE_REPO: &str = "convaiinnovations/laya";
 /// The standalone Hub ids a client may name to pin a checkpoint.
-const PUBLISHED: [(&str, Checkpoint); 2] = [
-    (
-        "convaiinnovations/laya-multilingual",
-        Checkpoint::Multilingual,
-    ),
-    (
-        "convaiinnovations/laya-typed-decisions",
-        Checkpoint::TypedDecisions,
-    ),
+const PUBLISHED: [(&str, &str); 2] = [
+    ("convaiinnovations/laya-multilingual", "multilingual"),
+    ("convaiinnovations/laya-typed-decisions", "typed-decisions"),
 ];
 
 /// The workflow whose question-id set equals `ids`, if any (`match_typed_decisions_workflow`).
@@ -98,10 +92,14 @@ fn truthy(v: &Value) -> bool {
     }
 }
 
-/// Upstream's `Router.resolve` failure text for `name` (`%r` of the value as sent).
-pub fn unknown_model_detail(name: &Value) -> String {
-    let mut names: Vec<&str> = Checkpoint::ALL.iter().map(|c| c.name()).collect();
-    names.sort_unstable();
+/// Upstream's `Router.resolve` failure text for `name` (`%r` of the value as sent), listing
+/// the registry of `cfg`.
+pub fn unknown_model_detail(name: &Value, cfg: &RoutingConfig) -> String {
+    unknown_model_detail_in(name, &cfg.sorted_names())
+}
+
+/// [`unknown_model_detail`] over the sorted registry `names`.
+pub(super) fn unknown_model_detail_in(name: &Value, names: &[&str]) -> String {
     let mut aliases: Vec<&str> = Checkpoint::ALIASES.iter().map(|(a, _)| *a).collect();
     aliases.sort_unstable();
     let list = |items: &[&str]| {
@@ -117,7 +115,7 @@ pub fn unknown_model_detail(name: &Value) -> String {
     format!(
         "unknown model {}; choose one of {} (or an alias: {})",
         py_repr(name),
-        list(&names),
+        list(names),
         list(&aliases)
     )
 }
@@ -125,12 +123,11 @@ pub fn unknown_model_detail(name: &Value) -> String {
 /// Step 11 of the request pipeline (spec §4.5): the body's `model` field as a pin, `None` to
 /// let the router choose, or the exact 422 detail for a path or an unknown Hub id.
 ///
-/// Pass `Value::Null` when the key is absent. `_cfg` is not read: the names a client may pin
-/// are the three built-in ones whatever the configuration (it is taken so that a configurable
-/// registry, upstream's `LAYA_EXTRA_MODELS`, would not change callers).
+/// Pass `Value::Null` when the key is absent. Names are looked up in `cfg`'s registry (the
+/// built-ins and any registered beside them).
 pub fn resolve_model_field(
     model: &Value,
-    _cfg: &RoutingConfig,
+    cfg: &RoutingConfig,
 ) -> Result<Option<Checkpoint>, String> {
     if !truthy(model) {
         return Ok(None);
@@ -138,13 +135,13 @@ pub fn resolve_model_field(
     let raw = py_str(model);
     let text = py_strip(&raw);
     let lower = py_lower(text);
-    if let Some((_, c)) = PUBLISHED.iter().find(|(id, _)| *id == lower) {
-        return Ok(Some(*c));
+    if let Some((_, name)) = PUBLISHED.iter().find(|(id, _)| *id == lower) {
+        return Ok(Some(Checkpoint::new(name)));
     }
     if lower == BUNDLE_REPO {
         return Ok(None);
     }
-    if let Some(c) = Checkpoint::resolve(&raw) {
+    if let Some(c) = cfg.resolve(&raw) {
         return Ok(Some(c));
     }
     // A filesystem path or a Hub id names a checkpoint this server cannot load: refuse it.
@@ -153,7 +150,7 @@ pub fn resolve_model_field(
     if names_source {
         return Err(format!(
             "{}, or omit model to let the router choose",
-            unknown_model_detail(model)
+            unknown_model_detail(model, cfg)
         ));
     }
     Ok(None)
@@ -172,36 +169,33 @@ pub fn resolve_model_field(
 pub fn route(
     state: &Value,
     question_ids: &[&str],
-    pin: Option<Checkpoint>,
+    pin: Option<&Checkpoint>,
     task: Option<&Value>,
     lang: Option<&str>,
     lang_guess: Option<&str>,
     cfg: &RoutingConfig,
 ) -> Result<Routing, String> {
     let decided = |model: Checkpoint, reason: String, workflow: Option<&'static str>| Routing {
+        repo: cfg.repo(&model).to_string(),
         model,
-        repo: cfg.repo(model).to_string(),
         reason,
         detection: None,
         workflow,
     };
     if let Some(model) = pin {
-        return Ok(decided(
-            model,
-            format!("explicit model={}", repr_str(model.name())),
-            None,
-        ));
+        let reason = format!("explicit model={}", repr_str(model.name()));
+        return Ok(decided(model.clone(), reason, None));
     }
     if let Some(task) = task.filter(|t| !t.is_null()) {
         let text = py_str(task);
         let model = if py_lower(&text).replace('-', "_") == "typed_decisions" {
-            Some(Checkpoint::TypedDecisions)
+            cfg.resolve("typed-decisions")
         } else {
-            Checkpoint::resolve(&text)
+            cfg.resolve(&text)
         };
         return match model {
             Some(m) => Ok(decided(m, format!("explicit task={}", py_repr(task)), None)),
-            None => Err(unknown_model_detail(task)),
+            None => Err(unknown_model_detail(task, cfg)),
         };
     }
     let workflow = match_workflow(question_ids);
@@ -210,14 +204,14 @@ pub fn route(
             "question ids match the {} typed-decisions workflow",
             repr_str(w)
         );
-        return Ok(decided(Checkpoint::TypedDecisions, reason, Some(w)));
+        return Ok(decided(Checkpoint::typed_decisions(), reason, Some(w)));
     }
     if let Some(code) = lang {
         if let Some(english) = english_from_code(code) {
             let model = if english {
-                Checkpoint::English
+                Checkpoint::english()
             } else {
-                Checkpoint::Multilingual
+                Checkpoint::multilingual()
             };
             return Ok(decided(
                 model,
@@ -229,9 +223,9 @@ pub fn route(
     if let Some(code) = lang_guess {
         if let Some(english) = english_from_code(code) {
             let (model, what) = if english {
-                (Checkpoint::English, "English")
+                (Checkpoint::english(), "English")
             } else {
-                (Checkpoint::Multilingual, "non-English")
+                (Checkpoint::multilingual(), "non-English")
             };
             let reason = format!("lang_guess: the caller identified this as {what} text");
             return Ok(decided(model, reason, workflow));
@@ -240,15 +234,13 @@ pub fn route(
 
     let det = analyse(state);
     let (model, reason) = if det.script == "unknown" {
-        let m = cfg.default_model;
-        (
-            m,
-            format!("no letters detected in state; using default ({})", m.name()),
-        )
+        let m = cfg.default_model.clone();
+        let reason = format!("no letters detected in state; using default ({m})");
+        (m, reason)
     } else if det.script != "latin" {
         let pct = 100.0 * det.non_latin_fraction;
         (
-            Checkpoint::Multilingual,
+            Checkpoint::multilingual(),
             format!("non-Latin script ({}, {pct:.0}% of letters); the English checkpoint cannot read it", det.script),
         )
     } else if !det.is_english {
@@ -264,19 +256,19 @@ pub fn route(
                 100.0 * det.diacritic_rate
             ),
         };
-        (Checkpoint::Multilingual, reason)
+        (Checkpoint::multilingual(), reason)
     } else if det.language_undecided {
-        let m = cfg.default_model;
-        (
-            m,
-            format!("Latin script, language not identified and no non-English letters; using default ({})", m.name()),
-        )
+        let m = cfg.default_model.clone();
+        let reason = format!(
+            "Latin script, language not identified and no non-English letters; using default ({m})"
+        );
+        (m, reason)
     } else {
-        (Checkpoint::English, "English Latin text".to_string())
+        (Checkpoint::english(), "English Latin text".to_string())
     };
     Ok(Routing {
+        repo: cfg.repo(&model).to_string(),
         model,
-        repo: cfg.repo(model).to_string(),
         reason,
         detection: Some(det),
         workflow,

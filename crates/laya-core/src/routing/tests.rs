@@ -26,7 +26,7 @@ fn auto(state: &Value, ids: &[&str]) -> Routing {
 #[test]
 fn case_122_han_state() {
     let r = auto(&s("我的账户被扣了两次费用，请退款"), &["q"]);
-    assert_eq!(r.model, Checkpoint::Multilingual);
+    assert_eq!(r.model, Checkpoint::multilingual());
     assert_eq!(
         r.reason,
         "non-Latin script (han, 100% of letters); the English checkpoint cannot read it"
@@ -37,7 +37,7 @@ fn case_122_han_state() {
 #[test]
 fn case_123_workflow_reported_without_auto_task() {
     let r = auto(&s("I was charged twice"), &CS_IDS);
-    assert_eq!(r.model, Checkpoint::English);
+    assert_eq!(r.model, Checkpoint::english());
     assert_eq!(r.reason, "English Latin text");
     assert_eq!(r.workflow, Some("customer_service"));
     assert!(r.detection.is_some());
@@ -81,7 +81,7 @@ fn case_124_auto_task() {
         &c,
     )
     .expect("routes");
-    assert_eq!(r.model, Checkpoint::TypedDecisions);
+    assert_eq!(r.model, Checkpoint::typed_decisions());
     assert_eq!(
         r.reason,
         "question ids match the 'customer_service' typed-decisions workflow"
@@ -89,20 +89,20 @@ fn case_124_auto_task() {
     assert_eq!((r.detection, r.workflow), (None, Some("customer_service")));
     // lang comes after the workflow; task and model come before it.
     let r = route(&s("x"), &CS_IDS, None, None, Some("de"), None, &c).expect("routes");
-    assert_eq!(r.model, Checkpoint::TypedDecisions);
+    assert_eq!(r.model, Checkpoint::typed_decisions());
     let r = route(&s("x"), &CS_IDS, None, Some(&s("en")), None, None, &c).expect("routes");
-    assert_eq!((r.model, r.workflow), (Checkpoint::English, None));
+    assert_eq!((r.model, r.workflow), (Checkpoint::english(), None));
     let r = route(
         &s("x"),
         &CS_IDS,
-        Some(Checkpoint::Multilingual),
+        Some(&Checkpoint::multilingual()),
         None,
         None,
         None,
         &c,
     )
     .expect("routes");
-    assert_eq!((r.model, r.workflow), (Checkpoint::Multilingual, None));
+    assert_eq!((r.model, r.workflow), (Checkpoint::multilingual(), None));
 }
 
 #[test]
@@ -130,21 +130,22 @@ fn model_field() {
     assert_eq!(ok("\" ConvAIInnovations/LAYA \""), None);
     assert_eq!(
         ok("\"ConvAIInnovations/Laya-Typed-Decisions\""),
-        Some(Checkpoint::TypedDecisions)
+        Some(Checkpoint::typed_decisions())
     );
     assert_eq!(
         ok("\"convaiinnovations/laya-multilingual\""),
-        Some(Checkpoint::Multilingual)
+        Some(Checkpoint::multilingual())
     );
-    assert_eq!(ok("\"ml\""), Some(Checkpoint::Multilingual));
-    assert_eq!(ok("\"default\""), Some(Checkpoint::English));
+    assert_eq!(ok("\"ml\""), Some(Checkpoint::multilingual()));
+    assert_eq!(ok("\"default\""), Some(Checkpoint::english()));
     assert_eq!(
         ok("\" Typed_Decisions\\n\""),
-        Some(Checkpoint::TypedDecisions)
+        Some(Checkpoint::typed_decisions())
     );
-    assert_eq!(ok("\"ENGLISH\""), Some(Checkpoint::English));
+    assert_eq!(ok("\"ENGLISH\""), Some(Checkpoint::english()));
     for (alias, c) in Checkpoint::ALIASES {
-        assert_eq!(Checkpoint::resolve(alias), Some(c));
+        assert_eq!(Checkpoint::from_name(alias), Some(Checkpoint::new(c)));
+        assert_eq!(cfg().resolve(alias), Some(Checkpoint::new(c)));
     }
     let err = |json: &str| resolve_model_field(&v(json), &cfg()).expect_err("422");
     let tail = format!(
@@ -169,7 +170,7 @@ fn pinned_model_reason() {
     let r = route(
         &s("Mein Konto"),
         &["q"],
-        Some(Checkpoint::Multilingual),
+        Some(&Checkpoint::multilingual()),
         None,
         Some("en"),
         None,
@@ -186,14 +187,14 @@ fn pinned_model_reason() {
     let r = route(
         &s("Ich habe mein Passwort vergessen und kann mich nicht anmelden"),
         &["q"],
-        pin,
+        pin.as_ref(),
         None,
         None,
         None,
         &cfg(),
     )
     .expect("routes");
-    assert_eq!(r.model, Checkpoint::English);
+    assert_eq!(r.model, Checkpoint::english());
 }
 
 #[test]
@@ -203,19 +204,22 @@ fn task_field() {
     assert_eq!(
         (r.model, r.reason.as_str()),
         (
-            Checkpoint::TypedDecisions,
+            Checkpoint::typed_decisions(),
             "explicit task='Typed-Decisions'"
         )
     );
     assert_eq!(
         t(&s("TYPED_decisions")).expect("routes").model,
-        Checkpoint::TypedDecisions
+        Checkpoint::typed_decisions()
     );
     assert_eq!(
         t(&s(" ml ")).expect("routes").reason,
         "explicit task=' ml '"
     );
-    assert_eq!(t(&s("default")).expect("routes").model, Checkpoint::English);
+    assert_eq!(
+        t(&s("default")).expect("routes").model,
+        Checkpoint::english()
+    );
     let tail = format!("; choose one of {NAMES} (or an alias: {ALIASES})");
     assert_eq!(
         t(&v("5")).expect_err("422"),
@@ -245,7 +249,7 @@ fn lang_and_lang_guess() {
     let r = route(&de_state, &["q"], None, None, Some("EN-us"), None, &cfg()).expect("routes");
     assert_eq!(
         (r.model, r.reason.as_str()),
-        (Checkpoint::English, "explicit lang='EN-us'")
+        (Checkpoint::english(), "explicit lang='EN-us'")
     );
     // Codes that name no language fall through to lang_guess, then detection.
     for code in [
@@ -272,7 +276,7 @@ fn lang_and_lang_guess() {
     assert_eq!(
         (r.model, r.reason.as_str()),
         (
-            Checkpoint::Multilingual,
+            Checkpoint::multilingual(),
             "lang_guess: the caller identified this as non-English text"
         )
     );
@@ -290,12 +294,12 @@ fn detection_reasons() {
     assert_eq!(
         (r.model, r.reason.as_str()),
         (
-            Checkpoint::Multilingual,
+            Checkpoint::multilingual(),
             "no letters detected in state; using default (multilingual)"
         )
     );
     let c = RoutingConfig {
-        default_model: Checkpoint::English,
+        default_model: Checkpoint::english(),
         ..cfg()
     };
     let r = route(&s("1234"), &["q"], None, None, None, None, &c).expect("routes");
@@ -350,14 +354,14 @@ fn to_value_matches_write_json() {
 
 #[test]
 fn default_model_env() {
-    assert_eq!(parse_default_model(None), Ok(None));
-    assert_eq!(parse_default_model(Some("  ")), Ok(None));
+    assert_eq!(parse_default_model(None, &[]), Ok(None));
+    assert_eq!(parse_default_model(Some("  "), &[]), Ok(None));
     assert_eq!(
-        parse_default_model(Some(" EN ")),
-        Ok(Some(Checkpoint::English))
+        parse_default_model(Some(" EN "), &[]),
+        Ok(Some(Checkpoint::english()))
     );
     assert_eq!(
-        parse_default_model(Some("xx ")),
+        parse_default_model(Some("xx "), &[]),
         Err(format!("invalid LAYA_DEFAULT_MODEL 'xx': unknown model 'xx '; choose one of {NAMES} (or an alias: {ALIASES})"))
     );
 }

@@ -115,7 +115,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let (lines, mut skipped) = read_workload(&bytes, &settings.routing);
 
     let start = Instant::now();
-    let (mut checkpoints, _) = super::load_single(&args.model, &resolved.dir, false)?;
+    let (mut checkpoints, _) = super::load_single(&args.model, &resolved, false)?;
     let load_ms = start.elapsed().as_secs_f64() * 1e3;
 
     // Shapes: the ones asked for (prefixes), else every id group in workload order.

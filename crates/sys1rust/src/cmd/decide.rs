@@ -35,7 +35,7 @@ pub fn run(args: &DecideArgs) -> anyhow::Result<()> {
     let decision: Decision = request::parse_decision(&bytes, &Limits::default(), &settings.routing)
         .map_err(|e| refused(e.into()))?
         .into();
-    let (mut checkpoints, _) = super::load_single(&args.model, &resolved.dir, false)?;
+    let (mut checkpoints, _) = super::load_single(&args.model, &resolved, false)?;
     let decided =
         decide::decide(&mut checkpoints, &settings, &decision).map_err(|e| refused(e.into()))?;
     let body = render::single_body(&decided, Output::Full).map_err(|e| refused(e.into()))?;

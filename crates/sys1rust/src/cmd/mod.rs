@@ -10,12 +10,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use laya_core::agent::Agent;
-use laya_core::decide::Single;
+use laya_core::checkpoints::Single;
 use laya_core::engine::Forward;
 
 use crate::cli::{Cli, Command, ModelArgs};
 use crate::engine::AnyForward;
-use crate::worker::Loaded;
+use crate::worker::Started;
 
 /// Runs the command line; the result is the process's exit status.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -29,15 +29,21 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 impl ModelArgs {
-    /// Finds the checkpoint directory, downloading the model once if it is not cached.
+    /// The one model a command runs: `--model`, else typed-decisions.
+    pub fn model_or_default(&self) -> &str {
+        self.model.as_deref().unwrap_or(laya_hub::DEFAULT_MODEL)
+    }
+
+    /// Finds the checkpoint directory of [`ModelArgs::model_or_default`], downloading the
+    /// model once if it is not cached.
     pub fn resolve(&self) -> anyhow::Result<laya_hub::ResolvedModel> {
+        let model = self.model_or_default();
         let hub = laya_hub::Hub::from_env().context("reading the Hugging Face settings")?;
         let progress = laya_hub::stderr_progress();
-        hub.resolve(&self.model, self.revision.as_deref(), self.offline, &*progress).with_context(|| {
+        hub.resolve(model, self.revision.as_deref(), self.offline, &*progress).with_context(|| {
             format!(
-                "cannot get model {:?}. Where Hugging Face cannot be reached, serve a local checkpoint \
-                 directory instead: --model DIR (rl_agent_config.json, model.safetensors, encoder/, tokenizer/)",
-                self.model
+                "cannot get model {model:?}. Where Hugging Face cannot be reached, serve a local checkpoint \
+                 directory instead: --model DIR (rl_agent_config.json, model.safetensors, encoder/, tokenizer/)"
             )
         })
     }
@@ -60,9 +66,10 @@ pub(crate) fn repo_label(resolved: &laya_hub::ResolvedModel) -> String {
 /// `warm` (the server does before its ready line).
 pub(crate) fn load_single(
     model: &ModelArgs,
-    dir: &std::path::Path,
+    resolved: &laya_hub::ResolvedModel,
     warm: bool,
-) -> anyhow::Result<(Single<AnyForward>, Loaded)> {
+) -> anyhow::Result<(Single<AnyForward>, Started)> {
+    let dir = &resolved.dir;
     let started = Instant::now();
     let mut agent: Agent<AnyForward> = model.engine.load_agent(dir)?;
     let load_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -70,10 +77,10 @@ pub(crate) fn load_single(
     if warm {
         agent.forward.warm().context("warming the engine up")?;
     }
-    let loaded = Loaded {
+    let started = Started {
         info: agent.forward.info(),
         load_ms,
         warmup_ms: warm_started.elapsed().as_secs_f64() * 1e3,
     };
-    Ok((Single::new(agent), loaded))
+    Ok((Single::new(agent, resolved.revision.clone()), started))
 }

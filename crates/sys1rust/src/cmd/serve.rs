@@ -5,10 +5,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use laya_core::checkpoints::Router;
+
 use crate::cli::ServeArgs;
-use crate::config::{self, ServeConfig};
+use crate::config::{self, ServeConfig, Served};
 use crate::http;
+use crate::registry;
 use crate::server;
+use crate::worker::Started;
 
 /// Points MLX's on-disk kernel cache at `explicit`, else at an operator's MLX_PTX_CACHE_DIR,
 /// else at sys1rust's cache directory. MLX reads the variable once, at its first run-time
@@ -42,17 +46,62 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.kernel_cache.as_deref(),
         args.mlx_ptx_cache_dir.as_deref(),
     );
-    let resolved = args.model.resolve()?;
-    let label = args
-        .repo_label
-        .clone()
-        .unwrap_or_else(|| super::repo_label(&resolved));
-    let cfg = ServeConfig::from_args(&args, label, resolved.revision.clone())?;
     let mut model = args.model.clone();
     model.engine.kernel_cache = args.kernel_cache.clone();
-    let dir = resolved.dir.clone();
-    let state = config::start(&cfg, move || super::load_single(&model, &dir, true))?;
-    let loaded = state.loaded.clone();
+    let (state, described) = match &args.model.model {
+        Some(_) => {
+            let resolved = model.resolve()?;
+            let label = args
+                .repo_label
+                .clone()
+                .unwrap_or_else(|| super::repo_label(&resolved));
+            let cfg = ServeConfig::from_args(&args, &Served::Single { label })?;
+            let described = serde_json::json!({
+                "model": resolved.name,
+                "dir": resolved.dir.display().to_string(),
+                "revision": resolved.revision,
+            });
+            let state = config::start(&cfg, move || super::load_single(&model, &resolved, true))?;
+            ((state, cfg), described)
+        }
+        None => {
+            let base = std::env::current_dir().context("reading the working directory")?;
+            let registry = registry::registry(&args.router, &base).map_err(anyhow::Error::msg)?;
+            let cfg = ServeConfig::from_args(&args, &Served::Router(registry.clone()))?;
+            let preload = if args.router.preload {
+                registry
+                    .preload_names(args.router.models.as_deref())
+                    .map_err(anyhow::Error::msg)?
+            } else {
+                Vec::new()
+            };
+            let described = serde_json::json!({
+                "model": "router",
+                "checkpoints": registry.entries.iter().map(|e| e.name.name()).collect::<Vec<_>>(),
+                "preload": preload.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            });
+            let (engine, offline, max_loaded) =
+                (model.engine.clone(), model.offline, args.router.max_loaded);
+            let state = config::start(&cfg, move || {
+                let started = std::time::Instant::now();
+                let preview = engine.preview();
+                let mut router = Router::new(registry.loader(engine, offline), max_loaded);
+                router
+                    .preload(&preload)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let info = router.engine_info().unwrap_or(preview);
+                let loaded = Started {
+                    info,
+                    load_ms: started.elapsed().as_secs_f64() * 1e3,
+                    warmup_ms: 0.0,
+                };
+                Ok((router, loaded))
+            })?;
+            ((state, cfg), described)
+        }
+    };
+    let (state, cfg) = state;
+    let started = state.started.clone();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -63,20 +112,34 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding {}:{}", cfg.host, cfg.port))?;
         let addr = listener.local_addr()?;
-        let ready_line = serde_json::json!({
+        let mut ready_line = serde_json::json!({
             "event": "ready",
             "address": addr.to_string(),
             "url": format!("http://{addr}"),
-            "model": resolved.name,
-            "dir": resolved.dir.display().to_string(),
-            "revision": resolved.revision,
-            "engine": loaded.info.engine,
-            "device": loaded.info.device,
-            "precision": loaded.info.precision,
-            "load_ms": (loaded.load_ms * 10.0).round() / 10.0,
-            "warmup_ms": (loaded.warmup_ms * 10.0).round() / 10.0,
-            "kernel_cache": kernel_cache.as_ref().map(|d| d.display().to_string()),
         });
+        if let (Some(line), Some(more)) = (ready_line.as_object_mut(), described.as_object()) {
+            line.extend(more.clone());
+            line.extend([
+                ("engine".to_owned(), started.info.engine.into()),
+                ("device".to_owned(), started.info.device.clone().into()),
+                ("precision".to_owned(), started.info.precision.into()),
+                (
+                    "load_ms".to_owned(),
+                    ((started.load_ms * 10.0).round() / 10.0).into(),
+                ),
+                (
+                    "warmup_ms".to_owned(),
+                    ((started.warmup_ms * 10.0).round() / 10.0).into(),
+                ),
+                (
+                    "kernel_cache".to_owned(),
+                    kernel_cache
+                        .as_ref()
+                        .map(|d| d.display().to_string())
+                        .into(),
+                ),
+            ]);
+        }
         println!("{ready_line}");
         tracing::info!(%addr, "listening");
         server::serve(

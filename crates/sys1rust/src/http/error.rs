@@ -260,7 +260,7 @@ mod tests {
             ),
             (
                 DecideError::Load {
-                    name: "english",
+                    name: laya_core::routing::Checkpoint::english(),
                     reason: "corrupt".into(),
                 }
                 .into(),

@@ -21,6 +21,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::Router;
+use laya_core::checkpoints::Resident;
 use laya_core::decide::Decision;
 use laya_core::render::{self, Output};
 use laya_core::request::{self, Limits};
@@ -31,7 +32,7 @@ use tokio::sync::Semaphore;
 pub use error::{json_response, ApiError};
 pub use metrics::Metrics;
 
-use crate::worker::{Answer, Loaded, WorkerHandle};
+use crate::worker::{Answer, Started, WorkerHandle};
 
 /// Upstream's body cap: 2 MiB, exactly 2 097 152 bytes accepted.
 pub const BODY_LIMIT: usize = 2 * 1024 * 1024;
@@ -47,8 +48,8 @@ pub struct HttpConfig {
     pub output: Output,
     /// The checkpoint registry `model` fields are resolved against.
     pub routing: RoutingConfig,
-    /// Commit of the served checkpoint, when known (`/health` `revisions`).
-    pub revision: Option<String>,
+    /// `LAYA_IDLE_UNLOAD_SECONDS` when idle unload is on (`/health` reports it).
+    pub idle_unload_seconds: Option<f64>,
 }
 
 /// Shared by every handler.
@@ -58,7 +59,7 @@ pub struct AppState {
     pub worker: WorkerHandle,
     pub admission: Arc<Semaphore>,
     pub metrics: Arc<Metrics>,
-    pub loaded: Arc<Loaded>,
+    pub started: Arc<Started>,
 }
 
 impl AppState {
@@ -66,7 +67,7 @@ impl AppState {
         cfg: HttpConfig,
         worker: WorkerHandle,
         max_concurrent: usize,
-        loaded: Loaded,
+        started: Started,
     ) -> AppState {
         AppState {
             cfg: Arc::new(cfg),
@@ -75,7 +76,7 @@ impl AppState {
                 max_concurrent.clamp(1, Semaphore::MAX_PERMITS),
             )),
             metrics: Arc::new(Metrics::default()),
-            loaded: Arc::new(loaded),
+            started: Arc::new(started),
         }
     }
 }
@@ -261,54 +262,69 @@ async fn batch(State(state): State<AppState>, headers: HeaderMap, body: Body) ->
 }
 
 /// `GET /health`: never refused and never queued. Without the bearer (when a key is set) only
-/// `{"status":"ok"}`; otherwise upstream's full payload (§8).
+/// `{"status":"ok"}`; otherwise upstream's full payload (§8): the resident checkpoints least
+/// recently used first, their revisions in load order, where each computes.
 async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if !authorized(&state.cfg, &headers) {
         return json_response(StatusCode::OK, "{\"status\":\"ok\"}".to_owned());
     }
-    let resident: Vec<&'static str> = state
-        .worker
-        .resident()
-        .into_iter()
-        .map(|c| c.name())
-        .collect();
-    let device = &state.loaded.info.device;
+    let resident = state.worker.resident();
     let mut out = String::from("{\"status\":\"ok\",\"loaded\":[");
-    let list = |out: &mut String, f: &dyn Fn(&mut String, &str)| {
-        for (i, name) in resident.iter().enumerate() {
+    let list = |out: &mut String, f: &dyn Fn(&mut String, &Resident)| {
+        for (i, r) in resident.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            f(out, name);
+            f(out, r);
         }
     };
-    list(&mut out, &|out, name| pyjson::write_str(out, name));
-    // Load order (upstream's `revisions`): the three names as preloaded.
+    list(&mut out, &|out, r| pyjson::write_str(out, r.name.name()));
     out.push_str("],\"revisions\":{");
-    let revision = match &state.cfg.revision {
-        Some(r) => {
-            let mut s = String::new();
-            pyjson::write_str(&mut s, r);
-            s
+    let mut by_load: Vec<&Resident> = resident.iter().collect();
+    by_load.sort_by_key(|r| r.loaded);
+    for (i, r) in by_load.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
         }
-        None => "null".to_owned(),
-    };
-    out.push_str(&format!(
-        "\"english\":{revision},\"multilingual\":{revision},\"typed-decisions\":{revision}}},\"device\":"
-    ));
-    pyjson::write_str(&mut out, device);
-    out.push_str(",\"device_is_preference\":false,\"checkpoint_devices\":{");
-    list(&mut out, &|out, name| {
-        pyjson::write_str(out, name);
+        pyjson::write_str(&mut out, r.name.name());
         out.push(':');
-        pyjson::write_str(out, device);
+        match &r.revision {
+            Some(rev) => pyjson::write_str(&mut out, rev),
+            None => out.push_str("null"),
+        }
+    }
+    out.push_str("},\"device\":");
+    match resident.first() {
+        Some(r) => pyjson::write_str(&mut out, &r.device),
+        None => pyjson::write_str(&mut out, &state.started.info.device),
+    }
+    out.push_str(if resident.is_empty() {
+        ",\"device_is_preference\":true,\"checkpoint_devices\":{"
+    } else {
+        ",\"device_is_preference\":false,\"checkpoint_devices\":{"
+    });
+    list(&mut out, &|out, r| {
+        pyjson::write_str(out, r.name.name());
+        out.push(':');
+        pyjson::write_str(out, &r.device);
     });
     out.push_str("},\"cpu_fallbacks\":{");
-    list(&mut out, &|out, name| {
-        pyjson::write_str(out, name);
+    list(&mut out, &|out, r| {
+        pyjson::write_str(out, r.name.name());
         out.push_str(":{\"count\":0,\"last_reason\":null}");
     });
-    out.push_str("}}");
+    out.push('}');
+    if let Some(idle) = state.cfg.idle_unload_seconds {
+        out.push_str(",\"idle_unload_seconds\":");
+        pyjson::write_float(&mut out, idle);
+        out.push_str(",\"idle_seconds\":");
+        let seconds = state.worker.idle_for().as_secs_f64();
+        pyjson::write_float(
+            &mut out,
+            pyjson::round_ndigits(seconds, 1).unwrap_or(seconds),
+        );
+    }
+    out.push('}');
     json_response(StatusCode::OK, out)
 }
 

@@ -18,11 +18,11 @@ use axum::Router;
 use clap::Parser;
 use http_body_util::BodyExt;
 use laya_core::agent::Agent;
-use laya_core::decide::{Checkpoints, Single};
+use laya_core::checkpoints::Single;
 use laya_core::engine::Forward;
 use sys1rust::cli::{Cli, Command as Sub, ServeArgs};
-use sys1rust::config::{self, ServeConfig};
-use sys1rust::worker::Loaded;
+use sys1rust::config::{self, ServeConfig, Served};
+use sys1rust::worker::{Owned, Started};
 use tower::ServiceExt;
 
 pub use laya_fixtures::fixtures_dir;
@@ -77,7 +77,7 @@ impl Server {
         let engine = Recorded::for_checkpoint(name);
         Server::in_process(extra, &dir, move |dir| {
             let agent = Agent::load(dir, engine).expect("tokenizer and configs");
-            Single::new(agent)
+            Single::new(agent, None)
         })
     }
 
@@ -85,7 +85,7 @@ impl Server {
     /// engine worker.
     pub fn in_process<C, B>(extra: &[&str], dir: &std::path::Path, build: B) -> Server
     where
-        C: Checkpoints + 'static,
+        C: Owned + 'static,
         B: FnOnce(&std::path::Path) -> C + Send + 'static,
     {
         let mut args = vec!["--model", dir.to_str().expect("utf-8 path"), "--port", "0"];
@@ -95,7 +95,7 @@ impl Server {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let cfg = ServeConfig::from_args(&args, label, None).expect("configuration");
+        let cfg = ServeConfig::from_args(&args, &Served::Single { label }).expect("configuration");
         let dir = dir.to_path_buf();
         let state = config::start(&cfg, move || {
             let checkpoints = build(&dir);
@@ -136,7 +136,13 @@ impl Server {
     /// Starts the real `sys1rust serve --port 0` with `args` and `env`, waiting for the
     /// ready line.
     pub fn process(args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::process_in(&std::env::current_dir().expect("cwd"), args, env)
+    }
+
+    /// [`Server::process`] in the working directory `cwd`.
+    pub fn process_in(cwd: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sys1rust"));
+        cmd.current_dir(cwd);
         cmd.arg("serve").args(["--port", "0"]).args(args);
         for (k, v) in env {
             cmd.env(k, v);
@@ -293,8 +299,8 @@ impl Drop for Server {
 }
 
 /// What the ready line reports of an in-process engine.
-fn loaded_info() -> Loaded {
-    Loaded {
+fn loaded_info() -> Started {
+    Started {
         info: Recorded::default().info(),
         load_ms: 0.0,
         warmup_ms: 0.0,
