@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds sys1rust from source (preparing MLX with scripts/setup-mlx.sh) and serves a model:
-#   scripts/serve.sh                                  # typed-decisions, downloaded once
+#   scripts/serve.sh                                  # Laya's three checkpoints, downloaded once
 #   scripts/serve.sh --model crates/laya-fixtures/data/checkpoints/tiny --port 8000
 # Arguments go to `sys1rust serve` (see `sys1rust serve --help`).
 set -euo pipefail

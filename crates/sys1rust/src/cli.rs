@@ -172,6 +172,18 @@ pub struct ServeArgs {
     /// also runs while a connection waits for its next request).
     #[arg(long, env = "SYS1_KEEP_ALIVE_TIMEOUT", default_value_t = 5.0)]
     pub keep_alive_timeout: f64,
+    /// Seconds a response may wait for the client to read it; a connection whose client reads
+    /// nothing for that long is closed.
+    #[arg(long, env = "SYS1_WRITE_TIMEOUT", default_value_t = 10.0)]
+    pub write_timeout: f64,
+    /// Seconds a shutdown (SIGINT/SIGTERM) waits for in-flight requests before it gives up and
+    /// exits with a failure status.
+    #[arg(long, env = "SYS1_SHUTDOWN_GRACE", default_value_t = 30.0)]
+    pub shutdown_grace: f64,
+    /// Seconds a decision request may take from admission to its answer, queue wait included;
+    /// past it the answer is 504 (0: no limit, as upstream).
+    #[arg(long, env = "SYS1_REQUEST_TIMEOUT", default_value_t = 0.0)]
+    pub request_timeout: f64,
     /// Persistent directory for compiled GPU kernels, so a restarted server skips the
     /// run-time compilation a first start pays: MLX's (MLX_PTX_CACHE_DIR; default
     /// $XDG_CACHE_HOME/sys1rust/mlx or ~/.cache/sys1rust/mlx; an exported MLX_PTX_CACHE_DIR

@@ -83,6 +83,8 @@ impl ServeConfig {
             },
             routing: routing.clone(),
             idle_unload_seconds: idle_unload.map(|d| d.as_secs_f64()),
+            request_timeout: (args.request_timeout > 0.0 && args.request_timeout.is_finite())
+                .then(|| Duration::from_secs_f64(args.request_timeout)),
         };
         Ok(ServeConfig {
             host: args.host.clone(),
@@ -92,6 +94,8 @@ impl ServeConfig {
                 max_connections: args.max_connections,
                 header_read_timeout: Duration::from_secs_f64(args.header_timeout.max(0.001)),
                 keep_alive_timeout: Duration::from_secs_f64(args.keep_alive_timeout.max(0.001)),
+                write_timeout: Duration::from_secs_f64(args.write_timeout.max(0.001)),
+                shutdown_grace: Duration::from_secs_f64(args.shutdown_grace.max(0.0)),
             },
             decide: decide::Settings {
                 routing,
@@ -104,13 +108,17 @@ impl ServeConfig {
 }
 
 /// Starts the engine worker, which runs `build` (load and warm the checkpoints) on its own
-/// thread, waits until it is ready, and returns the handlers' state.
-pub fn start<C, B>(cfg: &ServeConfig, build: B) -> anyhow::Result<AppState>
+/// thread, waits until it is ready, and returns the handlers' state and the worker's thread,
+/// which ends (its engines dropped there) once every handle of the state is gone.
+pub fn start<C, B>(
+    cfg: &ServeConfig,
+    build: B,
+) -> anyhow::Result<(AppState, std::thread::JoinHandle<()>)>
 where
     C: Owned + 'static,
     B: FnOnce() -> anyhow::Result<(C, Started)> + Send + 'static,
 {
-    let (handle, ready, _thread) = worker::spawn(
+    let (handle, ready, thread) = worker::spawn(
         cfg.max_concurrent,
         cfg.decide.clone(),
         cfg.idle_unload,
@@ -120,10 +128,6 @@ where
     let started = ready
         .recv()
         .context("the engine worker stopped while loading")??;
-    Ok(AppState::new(
-        cfg.http.clone(),
-        handle,
-        cfg.max_concurrent,
-        started,
-    ))
+    let state = AppState::new(cfg.http.clone(), handle, cfg.max_concurrent, started);
+    Ok((state, thread))
 }

@@ -72,6 +72,8 @@ struct Published {
     resident: Vec<Resident>,
     /// When the last decision finished (upstream marks it after every inference).
     last_request: Instant,
+    /// Jobs dropped before they ran because their client had gone (or timed out).
+    cancelled: u64,
 }
 
 /// The sending side of the worker's queue, and what it publishes.
@@ -89,6 +91,14 @@ impl WorkerHandle {
             .unwrap_or_else(|e| e.into_inner())
             .resident
             .clone()
+    }
+
+    /// Queued decisions dropped unrun because nobody waited for them any more.
+    pub fn cancelled(&self) -> u64 {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cancelled
     }
 
     /// How long ago the last decision finished (or the worker started).
@@ -144,6 +154,7 @@ where
     let published = Arc::new(Mutex::new(Published {
         resident: Vec::new(),
         last_request: Instant::now(),
+        cancelled: 0,
     }));
     let shared = published.clone();
     let thread = std::thread::Builder::new()
@@ -194,6 +205,13 @@ where
                     }
                 };
                 let _entered = job.span.enter();
+                if job.reply.is_closed() {
+                    // The client disconnected, or its deadline passed, while it was queued:
+                    // nobody would read the answer.
+                    tracing::debug!("dropped a queued decision: its client has gone");
+                    shared.lock().unwrap_or_else(|e| e.into_inner()).cancelled += 1;
+                    continue;
+                }
                 let started = Instant::now();
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     decide::decide(&mut checkpoints, &settings, &job.decision)

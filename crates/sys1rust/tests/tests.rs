@@ -7,6 +7,7 @@
 //! * `router`: upstream's router over the three fixture checkpoints, every configuration of
 //!   its references, by the real binary;
 //! * `transport`: real sockets: admission under slow uploads, idle connections, SIGTERM;
+//! * `reliability`: clients that never read, early errors, abandoned and overdue requests;
 //! * `readme_example`, `hub` (downloads from a mock hub by the real binary), `install`
 //!   (installer and service files).
 
@@ -14,6 +15,7 @@ mod conformance;
 mod hub;
 mod install;
 mod readme_example;
+mod reliability;
 mod replay;
 mod router;
 #[allow(dead_code)]

@@ -100,14 +100,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             ((state, cfg), described)
         }
     };
-    let (state, cfg) = state;
+    let ((state, worker), cfg) = state;
     let started = state.started.clone();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting tokio")?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
             .await
             .with_context(|| format!("binding {}:{}", cfg.host, cfg.port))?;
@@ -149,7 +149,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             server::shutdown_signal(),
         )
         .await?;
-        tracing::info!("stopped");
-        Ok(())
-    })
+        Ok::<_, anyhow::Error>(())
+    });
+    // Every handle of the state goes with the runtime's tasks; the worker then drops its
+    // engines on its own thread, before the process ends (a GPU context must not be torn
+    // down under a thread still using it).
+    drop(runtime);
+    served?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !worker.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if worker.is_finished() {
+        let _ = worker.join();
+    } else {
+        tracing::warn!("the engine worker is still busy; exiting without it");
+    }
+    tracing::info!("stopped");
+    Ok(())
 }

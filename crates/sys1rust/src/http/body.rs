@@ -36,11 +36,17 @@ pub async fn read(
     }
     let encoding = headers
         .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_ascii_lowercase());
+        .and_then(|v| v.to_str().ok());
     let raw = tokio::time::timeout(deadline, collect(body, limit))
         .await
         .map_err(|_| ApiError::BodyTimeout)??;
+    decode(encoding, raw, limit)
+}
+
+/// The body `raw` sent with `Content-Encoding: encoding`, decompressed to at most `limit`
+/// bytes (`BodyTooLarge` past it); a corrupt stream is unreadable JSON.
+pub fn decode(encoding: Option<&str>, raw: Vec<u8>, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let encoding = encoding.map(|v| v.trim().to_ascii_lowercase());
     match encoding.as_deref() {
         Some("gzip") | Some("x-gzip") => {
             decompress(flate2::read::MultiGzDecoder::new(&raw[..]), limit)

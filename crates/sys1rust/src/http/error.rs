@@ -30,6 +30,9 @@ pub enum ApiError {
     /// The whole body did not arrive within the deadline.
     #[error("request body was not received in time")]
     BodyTimeout,
+    /// No answer within `--request-timeout` (queue wait included).
+    #[error("request was not answered in time")]
+    Timeout,
     /// Validation before inference refused the body.
     #[error(transparent)]
     Request(#[from] RequestError),
@@ -69,6 +72,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => json(StatusCode::METHOD_NOT_ALLOWED, text),
             ApiError::BodyTooLarge => json(StatusCode::PAYLOAD_TOO_LARGE, text),
             ApiError::BodyTimeout => json(StatusCode::REQUEST_TIMEOUT, text),
+            ApiError::Timeout => json(StatusCode::GATEWAY_TIMEOUT, text),
             ApiError::Request(e) => match e.kind() {
                 RequestErrorKind::Malformed => json(StatusCode::BAD_REQUEST, text),
                 RequestErrorKind::TooLarge => json(StatusCode::PAYLOAD_TOO_LARGE, text),

@@ -105,7 +105,8 @@ impl Metrics {
         InFlight(self.clone())
     }
 
-    pub fn render(&self) -> String {
+    /// The exposition text; `cancelled` is the worker's count of queued decisions it dropped.
+    pub fn render(&self, cancelled: u64) -> String {
         let mut out = String::new();
         out.push_str(
             "# HELP sys1_requests_total Decision requests answered, by route and status.\n",
@@ -169,6 +170,13 @@ impl Metrics {
             "States whose tokens did not all fit a row.",
             "counter",
             self.truncated_states.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "sys1_cancelled_total",
+            "Queued decisions dropped unrun: their client disconnected or timed out first.",
+            "counter",
+            cancelled,
         );
         gauge(
             &mut out,

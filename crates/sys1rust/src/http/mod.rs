@@ -7,7 +7,7 @@
 //! ([`laya_core::decide`]: routing, question checks, inference) and [`laya_core::render`].
 //! Errors of every step are [`ApiError`]s, whose one `IntoResponse` picks the status.
 
-mod body;
+pub mod body;
 mod error;
 mod metrics;
 mod openapi;
@@ -50,6 +50,8 @@ pub struct HttpConfig {
     pub routing: RoutingConfig,
     /// `LAYA_IDLE_UNLOAD_SECONDS` when idle unload is on (`/health` reports it).
     pub idle_unload_seconds: Option<f64>,
+    /// `--request-timeout`: admission to answer, queue wait included (504 after).
+    pub request_timeout: Option<Duration>,
 }
 
 /// Shared by every handler.
@@ -212,6 +214,7 @@ async fn decision(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let admitted_at = Instant::now();
     let (admitted, bytes) = admit_and_read(state, headers, body).await?;
     let cfg = &state.cfg;
     let decision: Decision = match route {
@@ -219,10 +222,17 @@ async fn decision(
         Route::Batch => request::parse_batch(&bytes, &cfg.limits, &cfg.routing)?.into(),
     };
     // The slot is held by this handler and by the queued job, until both are done.
+    let answer = state.worker.decide(decision, admitted.clone());
     let Answer {
         decided,
         inference_ms,
-    } = state.worker.decide(decision, admitted.clone()).await?;
+    } = match cfg.request_timeout {
+        None => answer.await?,
+        // Dropping the wait drops the job's reply: a job still queued is then never run.
+        Some(limit) => tokio::time::timeout(limit.saturating_sub(admitted_at.elapsed()), answer)
+            .await
+            .map_err(|_| ApiError::Timeout)??,
+    };
     state.metrics.inference(
         route.label(),
         inference_ms / 1e3,
@@ -333,7 +343,10 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     if !authorized(&state.cfg, &headers) {
         return ApiError::Unauthorized.into_response();
     }
-    let mut resp = state.metrics.render().into_response();
+    let mut resp = state
+        .metrics
+        .render(state.worker.cancelled())
+        .into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

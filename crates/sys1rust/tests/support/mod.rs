@@ -81,6 +81,20 @@ impl Server {
         })
     }
 
+    /// [`Server::tiny`] whose engine waits at a [`Gate`] before every forward pass.
+    pub fn gated(extra: &[&str]) -> (Server, std::sync::Arc<Gate>) {
+        let gate = std::sync::Arc::new(Gate::default());
+        let engine = Gated {
+            inner: Recorded::for_checkpoint("tiny"),
+            gate: gate.clone(),
+        };
+        let server = Server::in_process(extra, &checkpoint("tiny"), move |dir| {
+            let agent = Agent::load(dir, engine).expect("tokenizer and configs");
+            Single::new(agent, None)
+        });
+        (server, gate)
+    }
+
     /// `serve --model <dir> <extra>` in process, the checkpoints built by `build` on the
     /// engine worker.
     pub fn in_process<C, B>(extra: &[&str], dir: &std::path::Path, build: B) -> Server
@@ -97,7 +111,7 @@ impl Server {
             .unwrap_or_default();
         let cfg = ServeConfig::from_args(&args, &Served::Single { label }).expect("configuration");
         let dir = dir.to_path_buf();
-        let state = config::start(&cfg, move || {
+        let (state, _worker) = config::start(&cfg, move || {
             let checkpoints = build(&dir);
             Ok((checkpoints, loaded_info()))
         })
@@ -295,6 +309,70 @@ impl Drop for Server {
                 let _ = stop.send(());
             }
         }
+    }
+}
+
+/// Holds every forward pass until opened, and counts what reached the engine: a test can
+/// keep a request running while it queues others behind it.
+#[derive(Default)]
+pub struct Gate {
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    /// Forward passes started.
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Gate {
+    pub fn open(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.opened.notify_all();
+    }
+
+    /// Forward passes that reached the engine.
+    pub fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits (up to 10 s) until `n` forward passes have reached the engine.
+    pub fn wait_calls(&self, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.calls() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} forward passes, expected {n}",
+                self.calls()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+struct Gated<F> {
+    inner: F,
+    gate: std::sync::Arc<Gate>,
+}
+
+impl<F: Forward> Forward for Gated<F> {
+    fn forward(
+        &mut self,
+        rows: &[laya_core::engine::Row],
+    ) -> Result<Vec<laya_core::engine::RowLogits>, laya_core::engine::EngineError> {
+        use std::sync::atomic::Ordering;
+        self.gate.calls.fetch_add(1, Ordering::SeqCst);
+        let mut open = self.gate.open.lock().unwrap_or_else(|e| e.into_inner());
+        while !*open {
+            open = self
+                .gate
+                .opened
+                .wait(open)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        drop(open);
+        self.inner.forward(rows)
+    }
+
+    fn info(&self) -> laya_core::engine::EngineInfo {
+        self.inner.info()
     }
 }
 

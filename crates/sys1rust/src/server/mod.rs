@@ -4,15 +4,26 @@
 //! * a cap on open connections: past it, new connections are closed at once;
 //! * a header-read timeout (hyper's, from the start of each request head);
 //! * an idle keep-alive timeout: a connection with no request in flight for that long is
-//!   closed, so idle or slow clients cannot pin the process's sockets.
+//!   closed, so idle or slow clients cannot pin the process's sockets;
+//! * a write deadline ([`io::WriteDeadline`]): a response the client does not read for that
+//!   long closes the connection, so a client that pipelines and never reads cannot pin it;
+//! * `Connection: close` on every answer given before the request body was read (an early
+//!   401, 503, 413 or 408): the connection is closed after it, and the client is told;
+//! * a shutdown grace period: in-flight requests get that long after the signal, while a
+//!   connection only waiting for its client to read is closed within a second.
+
+mod io;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::http::{header, HeaderValue};
 use axum::Router;
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -26,6 +37,40 @@ pub struct ConnLimits {
     pub max_connections: usize,
     pub header_read_timeout: Duration,
     pub keep_alive_timeout: Duration,
+    /// How long a response may wait for the client to read it.
+    pub write_timeout: Duration,
+    /// How long a shutdown waits for in-flight requests.
+    pub shutdown_grace: Duration,
+}
+
+/// A request body that records whether it was read to its end.
+struct Tracked {
+    inner: Incoming,
+    done: Arc<AtomicBool>,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = hyper::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.done.store(true, Ordering::SeqCst);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Requests in flight on one connection and when it last finished one.
@@ -45,7 +90,8 @@ impl Drop for InFlightGuard {
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops accepting, lets every
 /// in-flight request finish (idle keep-alive connections are closed at once) and returns.
-/// A SIGINT/SIGTERM while waiting returns at once with an error instead.
+/// A SIGINT/SIGTERM while waiting, or the grace period running out, returns at once with an
+/// error instead.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -56,6 +102,7 @@ pub async fn serve(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
     let (stop_tx, stop_rx) = watch::channel(false);
+    let draining = Arc::new(AtomicBool::new(false));
     let open = Arc::new(AtomicUsize::new(0));
     let all_closed = Arc::new(tokio::sync::Notify::new());
     tokio::pin!(shutdown);
@@ -79,6 +126,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         open.fetch_add(1, Ordering::SeqCst);
+        let stream = io::WriteDeadline::new(stream, limits.write_timeout, draining.clone());
         let conn_task = connection(stream, peer, app.clone(), limits, stop_rx.clone());
         let (open, all_closed) = (open.clone(), all_closed.clone());
         tokio::spawn(async move {
@@ -94,6 +142,7 @@ pub async fn serve(
         connections = open.load(Ordering::SeqCst),
         "shutting down: finishing in-flight requests"
     );
+    draining.store(true, Ordering::SeqCst);
     let _ = stop_tx.send(true);
     let drained = async {
         loop {
@@ -115,11 +164,22 @@ pub async fn serve(
                 format!("stopped by a second signal with {left} connection(s) still open"),
             ))
         }
+        () = tokio::time::sleep(limits.shutdown_grace) => {
+            let left = open.load(Ordering::SeqCst);
+            tracing::warn!(connections = left, grace_s = limits.shutdown_grace.as_secs_f64(), "shutdown grace period ran out");
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the shutdown grace period of {:?} ran out with {left} connection(s) still open",
+                    limits.shutdown_grace
+                ),
+            ))
+        }
     }
 }
 
 async fn connection(
-    stream: tokio::net::TcpStream,
+    stream: io::WriteDeadline<tokio::net::TcpStream>,
     peer: SocketAddr,
     app: Router,
     limits: ConnLimits,
@@ -134,8 +194,23 @@ async fn connection(
         svc_activity.in_flight.fetch_add(1, Ordering::SeqCst);
         let guard = InFlightGuard(svc_activity.clone());
         let app = app.clone();
+        let (parts, inner) = req.into_parts();
+        let expects_body = !inner.is_end_stream();
+        let done = Arc::new(AtomicBool::new(false));
+        let body = Tracked {
+            inner,
+            done: done.clone(),
+        };
+        let req = hyper::Request::from_parts(parts, axum::body::Body::new(body));
         async move {
-            let resp = app.oneshot(req.map(axum::body::Body::new)).await;
+            let mut resp = app.oneshot(req).await;
+            if let Ok(resp) = &mut resp {
+                if expects_body && !done.load(Ordering::SeqCst) {
+                    // hyper will not read the rest of this body: the connection ends here.
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+            }
             drop(guard);
             resp
         }

@@ -1,0 +1,274 @@
+//! What clients that misbehave cannot do, over real sockets on 127.0.0.1: pin connections by
+//! never reading, hold up a shutdown, get a connection closed under them without being
+//! told, or have the engine spend its time on work nobody waits for.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::support::{read_response, request_bytes, serial, Server};
+
+const BODY: &str = r#"{"state":"I was charged twice for my subscription this month","questions":{"dept":{"type":"choice","instructions":"which team?","criteria":{"billing":"refunds","tech":"bugs"}},"urgent":{"type":"noul","instructions":"is it urgent?"}}}"#;
+
+/// A client that sends `count` pipelined `GET /openapi.json` in one go and never reads:
+/// its answers fill both sockets' buffers. The returned stream keeps it connected; the write
+/// goes on in a thread (it blocks once the server stops reading).
+fn non_reading_client(addr: std::net::SocketAddr, count: usize) -> TcpStream {
+    let conn = TcpStream::connect(addr).expect("connect");
+    let mut writer = conn.try_clone().expect("clone");
+    std::thread::spawn(move || {
+        let one = request_bytes("GET", "/openapi.json", &[], None, true);
+        let all: Vec<u8> = one.repeat(count);
+        // The server closes the connection in the end: the rest of the write fails.
+        let _ = writer.write_all(&all);
+    });
+    conn
+}
+
+/// Whether a fresh connection gets an answer to `GET /health` (a reset or a close without
+/// one is no answer).
+fn answered(addr: std::net::SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    if s.write_all(&request_bytes("GET", "/health", &[], None, false))
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    buf.starts_with(b"HTTP/1.1 200")
+}
+
+fn exit_within(s: &mut Server, limit: Duration) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = s.child().try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "the server did not exit within {limit:?} of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sigterm(s: &mut Server) {
+    let pid = s.child().id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+}
+
+/// A metric's value from `/metrics`.
+fn metric(s: &Server, name: &str) -> u64 {
+    let resp = s.send("GET", "/metrics", &[], None);
+    assert_eq!(resp.status, 200);
+    resp.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in /metrics"))
+}
+
+/// (1) 64 clients that pipeline requests and never read take every connection of
+/// `--max-connections 64`: other clients are turned away. Once the write deadline has passed
+/// their connections are closed, and a real request is answered within 5 s.
+#[test]
+fn clients_that_never_read_lose_their_connections() {
+    let _serial = serial();
+    let write_timeout = Duration::from_secs(2);
+    let s = Server::tiny(&["--max-connections", "64", "--write-timeout", "2"]);
+    let pinned: Vec<TcpStream> = (0..64).map(|_| non_reading_client(s.addr, 3000)).collect();
+    let filled = Instant::now();
+    // Within the deadline the cap is taken (the failure the deadline bounds).
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !answered(s.addr),
+        "the 64 non-reading clients hold every connection"
+    );
+
+    std::thread::sleep(write_timeout.saturating_sub(filled.elapsed()));
+    let started = Instant::now();
+    let mut conn = loop {
+        let mut conn = s.connect();
+        conn.write_all(&request_bytes(
+            "POST",
+            "/v1/systemone",
+            &[("content-type", "application/json")],
+            Some(BODY.as_bytes()),
+            false,
+        ))
+        .ok();
+        let mut first = [0u8; 1];
+        if conn.peek(&mut first).map(|n| n > 0).unwrap_or(false) {
+            break conn;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no connection accepted 5 s after the write deadline"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let r = read_response(&mut conn);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered {:?} after the deadline",
+        started.elapsed()
+    );
+    drop(pinned);
+}
+
+/// (2) SIGTERM while a client that never reads is connected: the connection, only blocked
+/// writing, is closed and the process exits 0 within the grace period (here well before the
+/// 60 s write deadline would close it).
+#[test]
+fn sigterm_with_a_client_that_never_reads_exits_zero() {
+    let _serial = serial();
+    let grace = Duration::from_secs(10);
+    let mut s = Server::process_tiny(&["--write-timeout", "60", "--shutdown-grace", "10"], &[]);
+    let pinned = non_reading_client(s.addr, 3000);
+    std::thread::sleep(Duration::from_millis(500));
+    sigterm(&mut s);
+    let status = exit_within(&mut s, grace);
+    assert!(status.success(), "exit status after SIGTERM: {status:?}");
+    drop(pinned);
+}
+
+/// (3) A 413 (a declared body over the limit) and a 503 (no admission slot) are answered
+/// before the body arrives; the server then closes the connection, and says so.
+#[test]
+fn early_errors_announce_the_close() {
+    let _serial = serial();
+    let s = Server::tiny(&["--max-concurrent", "1", "--body-timeout", "30"]);
+    let early = |headers: &[(&str, &str)]| {
+        let mut conn = s.connect();
+        conn.write_all(&request_bytes("POST", "/v1/systemone", headers, None, true))
+            .expect("head");
+        let r = read_response(&mut conn);
+        // The connection is closed after the answer.
+        let mut rest = Vec::new();
+        let _ = conn.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "nothing follows the answer");
+        r
+    };
+    let r = early(&[("content-length", "100000000")]);
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(
+        r.header("connection"),
+        Some("close"),
+        "413: {:?}",
+        r.headers
+    );
+
+    // One upload holds the only slot; the next request is refused before its body is read.
+    let _held = s.stall("/v1/systemone", &[], BODY.len(), b"{");
+    s.wait_admitted(1, None);
+    let len = BODY.len().to_string();
+    let r = early(&[("content-length", &len)]);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(
+        r.header("connection"),
+        Some("close"),
+        "503: {:?}",
+        r.headers
+    );
+
+    // An answer given after the whole body was read keeps the connection.
+    let mut conn = s.connect();
+    conn.write_all(&request_bytes("GET", "/health", &[], None, true))
+        .expect("write");
+    let r = read_response(&mut conn);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), None);
+    conn.write_all(&request_bytes("GET", "/health", &[], None, false))
+        .expect("a second request on the kept connection");
+    assert_eq!(read_response(&mut conn).status, 200);
+}
+
+/// (5a) A request whose client disconnects while it waits in the queue is dropped before it
+/// reaches the engine, and counted in `/metrics`.
+#[test]
+fn a_queued_request_whose_client_left_never_runs() {
+    let _serial = serial();
+    let (s, gate) = Server::gated(&["--max-concurrent", "4"]);
+    let post = request_bytes(
+        "POST",
+        "/v1/systemone",
+        &[("content-type", "application/json")],
+        Some(BODY.as_bytes()),
+        false,
+    );
+    // Request A reaches the engine and is held there.
+    let mut a = s.connect();
+    a.write_all(&post).expect("write A");
+    gate.wait_calls(1);
+
+    // Request B queues behind it, then its client goes away.
+    let mut b = s.connect();
+    b.write_all(&post).expect("write B");
+    s.wait_admitted(2, None);
+    b.shutdown(Shutdown::Both).expect("shutdown");
+    drop(b);
+    // The server notices the close while B waits.
+    std::thread::sleep(Duration::from_millis(300));
+
+    gate.open();
+    let r = read_response(&mut a);
+    assert_eq!(r.status, 200, "{}", r.text());
+    s.wait_admitted(0, None);
+    assert_eq!(metric(&s, "sys1_cancelled_total"), 1);
+    // This body's two questions go to the engine in one forward pass.
+    assert_eq!(gate.calls(), 1, "only A reached the engine");
+}
+
+/// (5b) `--request-timeout` bounds the time from admission to answer, queue wait included:
+/// a request stuck in the engine and one queued behind it both get 504 with a `detail`, and
+/// the queued one is then never run.
+#[test]
+fn the_request_deadline_gives_504() {
+    let _serial = serial();
+    let (s, gate) = Server::gated(&["--request-timeout", "1"]);
+    let started = Instant::now();
+    let post = || {
+        let addr = s.addr;
+        std::thread::spawn(move || {
+            let mut conn = TcpStream::connect(addr).expect("connect");
+            conn.set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("timeout");
+            conn.write_all(&request_bytes(
+                "POST",
+                "/v1/systemone",
+                &[("content-type", "application/json")],
+                Some(BODY.as_bytes()),
+                false,
+            ))
+            .expect("write");
+            (read_response(&mut conn), Instant::now())
+        })
+    };
+    let a = post();
+    gate.wait_calls(1);
+    let b = post();
+    let (ra, at) = a.join().expect("A");
+    let (rb, bt) = b.join().expect("B");
+    for (r, t) in [(&ra, at), (&rb, bt)] {
+        assert_eq!(r.status, 504, "{}", r.text());
+        assert_eq!(r.text(), r#"{"detail":"request was not answered in time"}"#);
+        let took = t - started;
+        assert!(
+            took >= Duration::from_millis(950) && took < Duration::from_secs(4),
+            "504 after the deadline, took {took:?}"
+        );
+    }
+    gate.open();
+    s.wait_admitted(0, None);
+    assert_eq!(metric(&s, "sys1_cancelled_total"), 1);
+    assert_eq!(gate.calls(), 1, "the queued request never ran");
+}
