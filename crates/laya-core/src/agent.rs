@@ -3,10 +3,11 @@
 
 use std::borrow::Borrow;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::config::{AgentConfig, CheckpointConfig, ConfigError, EncoderConfig};
 use crate::decode::{self, Answer, WindowRef};
-use crate::engine::{EngineError, Forward, Row};
+use crate::engine::{EngineError, Forward, Row, RowLogits};
 use crate::layout::{self, Budget, EncodedRow, Head, LayoutError, MarkersDoNotFit};
 use crate::question::Question;
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -131,7 +132,8 @@ pub struct LongOptions {
 
 /// A loaded checkpoint with its forward pass.
 pub struct Agent<F> {
-    pub tokenizer: Tokenizer,
+    /// Shared with threads that lay out rows while the engine runs ([`layout_rows`]).
+    pub tokenizer: Arc<Tokenizer>,
     pub config: AgentConfig,
     pub encoder: EncoderConfig,
     pub forward: F,
@@ -152,7 +154,7 @@ impl<F: Forward> Agent<F> {
         let cfg = CheckpointConfig::load(dir)?;
         let tokenizer = Tokenizer::load(&dir.join("tokenizer"))?;
         Ok(Agent {
-            tokenizer,
+            tokenizer: Arc::new(tokenizer),
             config: cfg.agent,
             encoder: cfg.encoder,
             forward,
@@ -160,30 +162,7 @@ impl<F: Forward> Agent<F> {
     }
 
     fn budget(&self, opts: &BatchOptions) -> Budget {
-        Budget {
-            max_len: opts.max_len.unwrap_or(self.config.max_len),
-            head_max_len: opts.head_max_len.unwrap_or(self.config.head_max_len),
-        }
-    }
-
-    /// Lays out every (state, question) row of one state (upstream `_encode_state`).
-    fn encode_state(
-        &self,
-        state: &Value,
-        questions: &[Question],
-        heads: &[Head],
-        budget: Budget,
-    ) -> Result<Vec<EncodedRow>, PredictError> {
-        let state_ids = self.tokenizer.encode(&state_text(&self.tokenizer, state))?;
-        let truncate_left = matches!(state, Value::Array(_));
-        questions
-            .iter()
-            .zip(heads)
-            .map(|(q, head)| {
-                layout::build_sequence(&self.tokenizer, q, head, &state_ids, truncate_left, budget)
-                    .map_err(PredictError::from)
-            })
-            .collect()
+        budget_of(&self.config, opts)
     }
 
     /// Lays out the rows of every state without running the model (for parity tests and
@@ -194,15 +173,7 @@ impl<F: Forward> Agent<F> {
         questions: &[Question],
         opts: &BatchOptions,
     ) -> Result<Vec<Vec<EncodedRow>>, PredictError> {
-        let budget = self.budget(opts);
-        let heads = questions
-            .iter()
-            .map(|q| layout::build_head(&self.tokenizer, q, budget.head_max_len))
-            .collect::<Result<Vec<_>, _>>()?;
-        states
-            .iter()
-            .map(|s| self.encode_state(s.borrow(), questions, &heads, budget))
-            .collect()
+        layout_rows(&self.tokenizer, &self.config, states, questions, opts)
     }
 
     /// Upstream `predict_batch`: the same questions over every state, `batch_size` states per
@@ -214,18 +185,7 @@ impl<F: Forward> Agent<F> {
         opts: &BatchOptions,
     ) -> Result<Vec<StateResult>, PredictError> {
         if questions.is_empty() {
-            return Ok(states
-                .iter()
-                .map(|_| StateResult {
-                    answers: Vec::new(),
-                    usage: Usage {
-                        input_tokens: 0,
-                        output_tokens: 0,
-                        state: None,
-                        windows: None,
-                    },
-                })
-                .collect());
+            return Ok(states.iter().map(|_| unasked()).collect());
         }
         let chunk = opts
             .batch_size
@@ -237,37 +197,25 @@ impl<F: Forward> Agent<F> {
         for group in encoded.chunks(chunk) {
             let rows: Vec<Row> = group.iter().flatten().map(|e| e.row.clone()).collect();
             let outputs = self.forward.forward(&rows)?;
-            if outputs.len() != rows.len() {
-                return Err(EngineError::Mismatch {
-                    what: "rows",
-                    got: outputs.len(),
-                    expected: rows.len(),
-                }
-                .into());
-            }
-            let mut outputs = outputs.into_iter();
+            check_answered(&outputs, rows.len())?;
+            let mut at = 0;
             for items in group {
-                let mut answers = Vec::with_capacity(questions.len());
-                for (q, item) in questions.iter().zip(items) {
-                    // The row count was checked above.
-                    let Some(out) = outputs.next() else { break };
-                    if out.logits.len() != item.row.markers.len() {
-                        return Err(EngineError::Mismatch {
-                            what: "logits",
-                            got: out.logits.len(),
-                            expected: item.row.markers.len(),
-                        }
-                        .into());
-                    }
-                    answers.push((q.id.clone(), decode::decode(q, &out, &self.config)));
-                }
-                results.push(StateResult {
-                    answers,
-                    usage: usage_of(questions, items),
-                });
+                results.push(self.answer(questions, items, &outputs[at..at + items.len()])?);
+                at += items.len();
             }
         }
         Ok(results)
+    }
+
+    /// One state's result from the engine's `outputs` for its rows `items` (one per
+    /// question, as [`Agent::layout`] made them).
+    pub fn answer(
+        &self,
+        questions: &[Question],
+        items: &[EncodedRow],
+        outputs: &[RowLogits],
+    ) -> Result<StateResult, PredictError> {
+        answer_rows(&self.config, questions, items, outputs)
     }
 
     /// The windows `predict_long` would score (upstream `window_budget` and the window split),
@@ -372,6 +320,108 @@ impl<F: Forward> Agent<F> {
         }
         let usage = merge_usage(&results);
         Ok(StateResult { answers, usage })
+    }
+}
+
+fn budget_of(config: &AgentConfig, opts: &BatchOptions) -> Budget {
+    Budget {
+        max_len: opts.max_len.unwrap_or(config.max_len),
+        head_max_len: opts.head_max_len.unwrap_or(config.head_max_len),
+    }
+}
+
+/// [`Agent::layout`] from the two parts of a checkpoint it needs, which (unlike the engine)
+/// can be shared between threads: every (state, question) row of every state.
+pub fn layout_rows<S: Borrow<Value>>(
+    tokenizer: &Tokenizer,
+    config: &AgentConfig,
+    states: &[S],
+    questions: &[Question],
+    opts: &BatchOptions,
+) -> Result<Vec<Vec<EncodedRow>>, PredictError> {
+    let budget = budget_of(config, opts);
+    let heads = questions
+        .iter()
+        .map(|q| layout::build_head(tokenizer, q, budget.head_max_len))
+        .collect::<Result<Vec<_>, _>>()?;
+    states
+        .iter()
+        .map(|s| encode_state(tokenizer, s.borrow(), questions, &heads, budget))
+        .collect()
+}
+
+/// Lays out every (state, question) row of one state (upstream `_encode_state`).
+fn encode_state(
+    tokenizer: &Tokenizer,
+    state: &Value,
+    questions: &[Question],
+    heads: &[Head],
+    budget: Budget,
+) -> Result<Vec<EncodedRow>, PredictError> {
+    let state_ids = tokenizer.encode(&state_text(tokenizer, state))?;
+    let truncate_left = matches!(state, Value::Array(_));
+    questions
+        .iter()
+        .zip(heads)
+        .map(|(q, head)| {
+            layout::build_sequence(tokenizer, q, head, &state_ids, truncate_left, budget)
+                .map_err(PredictError::from)
+        })
+        .collect()
+}
+
+/// [`Agent::answer`] from the checkpoint's config alone (shareable between threads).
+pub fn answer_rows(
+    config: &AgentConfig,
+    questions: &[Question],
+    items: &[EncodedRow],
+    outputs: &[RowLogits],
+) -> Result<StateResult, PredictError> {
+    if questions.is_empty() {
+        return Ok(unasked());
+    }
+    check_answered(outputs, items.len())?;
+    let mut answers = Vec::with_capacity(questions.len());
+    for ((q, item), out) in questions.iter().zip(items).zip(outputs) {
+        if out.logits.len() != item.row.markers.len() {
+            return Err(EngineError::Mismatch {
+                what: "logits",
+                got: out.logits.len(),
+                expected: item.row.markers.len(),
+            }
+            .into());
+        }
+        answers.push((q.id.clone(), decode::decode(q, out, config)));
+    }
+    Ok(StateResult {
+        answers,
+        usage: usage_of(questions, items),
+    })
+}
+
+/// The result of a state asked no questions: upstream answers it without the model.
+fn unasked() -> StateResult {
+    StateResult {
+        answers: Vec::new(),
+        usage: Usage {
+            input_tokens: 0,
+            output_tokens: 0,
+            state: None,
+            windows: None,
+        },
+    }
+}
+
+/// An engine must answer every row it was given.
+pub fn check_answered(outputs: &[RowLogits], expected: usize) -> Result<(), EngineError> {
+    if outputs.len() == expected {
+        Ok(())
+    } else {
+        Err(EngineError::Mismatch {
+            what: "rows",
+            got: outputs.len(),
+            expected,
+        })
     }
 }
 

@@ -22,6 +22,15 @@ pub trait Checkpoints {
 
     /// The resident checkpoints, least recently used first (`/health` `loaded`).
     fn resident(&self) -> Vec<Resident>;
+
+    /// An identity of the resident agent that answers `name`, the same for every name one
+    /// agent answers and for as long as it stays resident; `None` when `name` would have to
+    /// be loaded. Neither loads nor moves the residency order.
+    fn agent_key(&self, name: &Checkpoint) -> Option<u64>;
+
+    /// The resident agent of `key` ([`Checkpoints::agent_key`]), without moving the
+    /// residency order.
+    fn peek(&mut self, key: u64) -> Option<&mut Agent<Self::Forward>>;
 }
 
 /// What `/health` reports of one resident checkpoint.
@@ -141,6 +150,21 @@ impl<F: Forward> Checkpoints for Router<F> {
         }
     }
 
+    fn agent_key(&self, name: &Checkpoint) -> Option<u64> {
+        // A load's number is never reused, so it names this residency of the checkpoint.
+        self.resident
+            .iter()
+            .find(|e| &e.name == name)
+            .map(|e| e.loaded)
+    }
+
+    fn peek(&mut self, key: u64) -> Option<&mut Agent<F>> {
+        self.resident
+            .iter_mut()
+            .find(|e| e.loaded == key)
+            .map(|e| &mut e.agent)
+    }
+
     fn resident(&self) -> Vec<Resident> {
         self.resident
             .iter()
@@ -183,6 +207,14 @@ impl<F: Forward> Checkpoints for Single<F> {
         self.order.retain(|c| c != name);
         self.order.push(name.clone());
         Ok(&mut self.agent)
+    }
+
+    fn agent_key(&self, _name: &Checkpoint) -> Option<u64> {
+        Some(0)
+    }
+
+    fn peek(&mut self, key: u64) -> Option<&mut Agent<F>> {
+        (key == 0).then_some(&mut self.agent)
     }
 
     fn resident(&self) -> Vec<Resident> {

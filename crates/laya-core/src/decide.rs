@@ -12,12 +12,17 @@
 
 use pyjson::{Object, Value};
 
+use std::sync::Arc;
+
 use crate::agent::{BatchOptions, PredictError, StateResult};
 pub use crate::checkpoints::Checkpoints;
 use crate::confidence::{self, MinConfidence};
+use crate::config::AgentConfig;
+use crate::engine::Forward as _;
 use crate::question::{parse_questions, QuestionError};
 use crate::request::{BatchRequest, DecisionRequest};
 use crate::routing::{self, Checkpoint, Routing, RoutingConfig};
+use crate::tokenizer::Tokenizer;
 use crate::tournament::{self, TournamentError};
 
 /// A request that passed validation, as the decision needs it (both routes).
@@ -162,7 +167,7 @@ pub fn decide<C: Checkpoints>(
         0 => None,
         group => tournament::plan(&d.questions, group)?,
     };
-    let mut states = match plan {
+    let states = match plan {
         None => {
             let (results, routes) =
                 predict_call(checkpoints, settings, d, &d.states, &d.questions, &d.opts)?;
@@ -216,6 +221,11 @@ pub fn decide<C: Checkpoints>(
             out
         }
     };
+    Ok(gate(states, d))
+}
+
+/// The `min_confidence` gate over every state, then Jev's confidence.
+fn gate(mut states: Vec<StateDecision>, d: &Decision) -> Decided {
     let mut results: Vec<StateResult> = states.iter().map(|s| s.result.clone()).collect();
     if let Some(min) = &d.min_confidence {
         confidence::apply_gate(&mut results, min);
@@ -224,24 +234,17 @@ pub fn decide<C: Checkpoints>(
     for (s, r) in states.iter_mut().zip(results) {
         s.result = r;
     }
-    Ok(Decided { states })
+    Decided { states }
 }
 
-/// One call of upstream's router (`Router.predict`, or `predict_batch` for several states):
-/// route every state, then answer `questions` for each routed checkpoint's states.
-///
-/// Checkpoints are loaded where upstream's router loads them: after routing every state, one
-/// group per routed name in order of first appearance, each just before its states are
-/// predicted. Question validation runs inside the first group's prediction, so a question
-/// error still counts the first group's load, and only it.
-fn predict_call<C: Checkpoints>(
-    checkpoints: &mut C,
+/// Routes every state of one router call (errors before any load, as upstream's), and lists
+/// the routed checkpoints in order of first appearance.
+fn route_states(
     settings: &Settings,
     d: &Decision,
     states: &[Value],
     questions: &Object,
-    opts: &BatchOptions,
-) -> Result<(Vec<StateResult>, Vec<Routing>), DecideError> {
+) -> Result<(Vec<Routing>, Vec<Checkpoint>), DecideError> {
     let qids: Vec<&str> = questions.keys().collect();
     let mut routes = Vec::with_capacity(states.len());
     for state in states {
@@ -263,6 +266,25 @@ fn predict_call<C: Checkpoints>(
             groups.push(r.model.clone());
         }
     }
+    Ok((routes, groups))
+}
+
+/// One call of upstream's router (`Router.predict`, or `predict_batch` for several states):
+/// route every state, then answer `questions` for each routed checkpoint's states.
+///
+/// Checkpoints are loaded where upstream's router loads them: after routing every state, one
+/// group per routed name in order of first appearance, each just before its states are
+/// predicted. Question validation runs inside the first group's prediction, so a question
+/// error still counts the first group's load, and only it.
+fn predict_call<C: Checkpoints>(
+    checkpoints: &mut C,
+    settings: &Settings,
+    d: &Decision,
+    states: &[Value],
+    questions: &Object,
+    opts: &BatchOptions,
+) -> Result<(Vec<StateResult>, Vec<Routing>), DecideError> {
+    let (routes, groups) = route_states(settings, d, states, questions)?;
     let mut parsed = None;
     let mut answered: Vec<Option<StateResult>> = vec![None; states.len()];
     for name in groups {
@@ -284,13 +306,407 @@ fn predict_call<C: Checkpoints>(
     }
     let results = answered
         .into_iter()
-        .map(|r| {
-            r.ok_or_else(|| {
-                DecideError::Tournament(TournamentError::Internal(
-                    "a state was routed to no checkpoint".into(),
-                ))
-            })
-        })
+        .map(|r| r.ok_or_else(unrouted))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((results, routes))
+}
+
+fn unrouted() -> DecideError {
+    DecideError::Tournament(TournamentError::Internal(
+        "a state was routed to no checkpoint".into(),
+    ))
+}
+
+/// Several requests decided together, in order (the engine worker's queue): each gets
+/// exactly what [`decide`] gives it alone, and loads checkpoints and moves the residency
+/// order as it would alone. The requests that run plainly (no tournament, every routed
+/// checkpoint resident, on an engine whose rows do not depend on their batch mates,
+/// [`Forward::batch_invariant`]) share forward passes of up to `pass_tokens` tokens; any
+/// other request runs alone, after the shared passes of those before it.
+///
+/// What needs no checkpoint state (routing, question checks, tokenization and layout) runs
+/// for all of them at once on as many threads as the machine has; what touches the
+/// checkpoints (the residency order, loads) runs request by request, in order.
+///
+/// [`Forward::batch_invariant`]: crate::engine::Forward::batch_invariant
+pub fn decide_many<C: Checkpoints>(
+    checkpoints: &mut C,
+    settings: &Settings,
+    ds: &[&Decision],
+    pass_tokens: usize,
+) -> Vec<Result<Decided, DecideError>> {
+    // 1. Pure: the tournament plan, routing and the question checks of each request.
+    let planned: Vec<Result<Planned, DecideError>> = par_map(ds, |d| plan_request(settings, d));
+    // 2. The tokenizers of the resident, batch-invariant agents the plain requests go to.
+    let mut parts: Vec<(u64, Arc<Tokenizer>, AgentConfig)> = Vec::new();
+    for p in planned.iter().flatten() {
+        for name in p.names.iter().filter(|_| !p.tournament) {
+            let Some(key) = checkpoints.agent_key(name) else {
+                continue;
+            };
+            if parts.iter().any(|(k, _, _)| *k == key) {
+                continue;
+            }
+            if let Some(agent) = checkpoints.peek(key) {
+                if agent.forward.batch_invariant() {
+                    parts.push((key, agent.tokenizer.clone(), agent.config.clone()));
+                }
+            }
+        }
+    }
+    // 3. Pure: the rows of every group of every request that can share passes.
+    let keyed: Vec<Option<Vec<u64>>> = planned
+        .iter()
+        .map(|p| match p {
+            Ok(p) if !p.tournament => p
+                .names
+                .iter()
+                .map(|n| {
+                    let key = checkpoints.agent_key(n)?;
+                    parts.iter().any(|(k, _, _)| *k == key).then_some(key)
+                })
+                .collect(),
+            _ => None,
+        })
+        .collect();
+    let work: Vec<(usize, &Decision, &Planned, &[u64])> = planned
+        .iter()
+        .zip(&keyed)
+        .enumerate()
+        .filter_map(|(i, (p, k))| match (p, k) {
+            (Ok(p), Some(keys)) => Some((i, ds[i], p, keys.as_slice())),
+            _ => None,
+        })
+        .collect();
+    let laid: Vec<(usize, Vec<LaidGroup>)> = par_map(&work, |&(i, d, p, keys)| {
+        let groups = p
+            .names
+            .iter()
+            .zip(keys)
+            .map(|(name, &key)| {
+                let members: Vec<usize> = (0..d.states.len())
+                    .filter(|&s| &p.routes[s].model == name)
+                    .collect();
+                let rows = match (&p.questions, parts.iter().find(|(k, _, _)| *k == key)) {
+                    (Ok(q), Some((_, tokenizer, config))) if !q.is_empty() => {
+                        let states: Vec<&Value> = members.iter().map(|&s| &d.states[s]).collect();
+                        crate::agent::layout_rows(tokenizer, config, &states, q, &d.opts)
+                    }
+                    _ => Ok(vec![Vec::new(); members.len()]),
+                };
+                LaidGroup {
+                    name: name.clone(),
+                    key,
+                    members,
+                    rows,
+                }
+            })
+            .collect();
+        (i, groups)
+    });
+    let mut laid: Vec<Option<Vec<LaidGroup>>> = {
+        let mut v: Vec<Option<Vec<LaidGroup>>> = (0..ds.len()).map(|_| None).collect();
+        for (i, groups) in laid {
+            v[i] = Some(groups);
+        }
+        v
+    };
+    // 4. In order: the residency order and loads as each request alone would move them.
+    let mut out: Vec<Option<Result<Decided, DecideError>>> = (0..ds.len()).map(|_| None).collect();
+    let mut pending: Vec<(usize, Prepared)> = Vec::new();
+    for (i, (d, p)) in ds.iter().zip(planned).enumerate() {
+        let p = match p {
+            Ok(p) => p,
+            // Refused before any checkpoint is touched, as alone.
+            Err(e) => {
+                out[i] = Some(Err(e));
+                continue;
+            }
+        };
+        // An earlier request may have loaded or evicted since step 2.
+        let groups = laid[i].take().filter(|gs| {
+            gs.iter()
+                .all(|g| checkpoints.agent_key(&g.name) == Some(g.key))
+        });
+        let Some(groups) = groups else {
+            for (j, r) in run_shared(checkpoints, ds, std::mem::take(&mut pending), pass_tokens) {
+                out[j] = Some(r);
+            }
+            out[i] = Some(decide(checkpoints, settings, d));
+            continue;
+        };
+        match admit(checkpoints, p, groups) {
+            Ok(prepared) => pending.push((i, prepared)),
+            Err(e) => out[i] = Some(Err(e)),
+        }
+    }
+    for (j, r) in run_shared(checkpoints, ds, pending, pass_tokens) {
+        out[j] = Some(r);
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(unrouted())))
+        .collect()
+}
+
+/// `f` over `items` on up to as many threads as the machine has, results in order.
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(v) => v,
+                // A panic in `f` is the caller's panic, as without threads.
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
+}
+
+/// What [`decide`] works out before it touches a checkpoint.
+struct Planned {
+    /// A tournament narrows a choice: the request runs alone.
+    tournament: bool,
+    routes: Vec<Routing>,
+    /// The routed checkpoints, in order of first appearance.
+    names: Vec<Checkpoint>,
+    /// The question checks' outcome (reported where `decide` reports it: after the first
+    /// group's checkpoint is taken).
+    questions: Result<Vec<crate::question::Question>, QuestionError>,
+}
+
+fn plan_request(settings: &Settings, d: &Decision) -> Result<Planned, DecideError> {
+    let tournament = settings.tournament_group > 0
+        && tournament::plan(&d.questions, settings.tournament_group)?.is_some();
+    let (routes, names) = route_states(settings, d, &d.states, &d.questions)?;
+    Ok(Planned {
+        tournament,
+        routes,
+        names,
+        questions: parse_questions(&d.questions),
+    })
+}
+
+/// One routed group of a request, laid out on its agent's tokenizer.
+struct LaidGroup {
+    name: Checkpoint,
+    key: u64,
+    members: Vec<usize>,
+    rows: Result<Vec<Vec<crate::layout::EncodedRow>>, PredictError>,
+}
+
+/// A planned, laid-out request taken into the shared passes: its checkpoints taken in order
+/// (moving the residency order), its errors reported where `decide` reports them.
+fn admit<C: Checkpoints>(
+    checkpoints: &mut C,
+    p: Planned,
+    laid: Vec<LaidGroup>,
+) -> Result<Prepared, DecideError> {
+    let mut questions = Some(p.questions);
+    let mut parsed = Vec::new();
+    let mut groups = Vec::with_capacity(laid.len());
+    for g in laid {
+        // Resident (checked above), so this moves the residency order and loads nothing.
+        checkpoints.agent(&g.name)?;
+        if let Some(q) = questions.take() {
+            parsed = q?;
+        }
+        groups.push(Group {
+            key: g.key,
+            members: g.members,
+            rows: g.rows?,
+            outputs: None,
+        });
+    }
+    Ok(Prepared {
+        routes: p.routes,
+        questions: parsed,
+        groups,
+    })
+}
+
+/// A request laid out for shared passes: its routes, its questions and, per routed
+/// checkpoint, its states' rows.
+struct Prepared {
+    routes: Vec<Routing>,
+    questions: Vec<crate::question::Question>,
+    groups: Vec<Group>,
+}
+
+struct Group {
+    /// [`Checkpoints::agent_key`] of the agent that answers it.
+    key: u64,
+    /// The request's states routed there, and their rows (one per question).
+    members: Vec<usize>,
+    rows: Vec<Vec<crate::layout::EncodedRow>>,
+    /// The engine's outputs for `rows`, flattened, once run.
+    outputs: Option<Result<Vec<crate::engine::RowLogits>, DecideError>>,
+}
+
+/// Runs the prepared requests' rows in shared passes, agent by agent, and finishes each
+/// request.
+fn run_shared<C: Checkpoints>(
+    checkpoints: &mut C,
+    ds: &[&Decision],
+    mut pending: Vec<(usize, Prepared)>,
+    pass_tokens: usize,
+) -> Vec<(usize, Result<Decided, DecideError>)> {
+    let mut keys: Vec<u64> = Vec::new();
+    for (_, p) in &pending {
+        for g in &p.groups {
+            if !keys.contains(&g.key) {
+                keys.push(g.key);
+            }
+        }
+    }
+    for key in keys {
+        // Every group for this agent, in request order: (request, group) indices.
+        let members: Vec<(usize, usize)> = pending
+            .iter()
+            .enumerate()
+            .flat_map(|(pi, (_, p))| {
+                p.groups
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, g)| g.key == key)
+                    .map(move |(gi, _)| (pi, gi))
+            })
+            .collect();
+        let Some(agent) = checkpoints.peek(key) else {
+            for (pi, gi) in members {
+                pending[pi].1.groups[gi].outputs = Some(Err(unrouted()));
+            }
+            continue;
+        };
+        // Whole groups per pass, as many as fit `pass_tokens` (a larger one runs alone).
+        let mut start = 0;
+        while start < members.len() {
+            let mut end = start;
+            let mut tokens = 0;
+            while end < members.len() {
+                let (pi, gi) = members[end];
+                let t: usize = pending[pi].1.groups[gi]
+                    .rows
+                    .iter()
+                    .flatten()
+                    .map(|e| e.row.ids.len())
+                    .sum();
+                if end > start && tokens + t > pass_tokens {
+                    break;
+                }
+                tokens += t;
+                end += 1;
+            }
+            let batch = &members[start..end];
+            let rows: Vec<crate::engine::Row> = batch
+                .iter()
+                .flat_map(|&(pi, gi)| pending[pi].1.groups[gi].rows.iter().flatten())
+                .map(|e| e.row.clone())
+                .collect();
+            let ran = if rows.is_empty() {
+                Ok(Vec::new())
+            } else {
+                agent.forward.forward(&rows).and_then(|outputs| {
+                    crate::agent::check_answered(&outputs, rows.len()).map(|()| outputs)
+                })
+            };
+            match ran {
+                Ok(outputs) => {
+                    let mut outputs = outputs.into_iter();
+                    for &(pi, gi) in batch {
+                        let g = &mut pending[pi].1.groups[gi];
+                        let n = g.rows.iter().map(Vec::len).sum();
+                        g.outputs = Some(Ok(outputs.by_ref().take(n).collect()));
+                    }
+                }
+                Err(e) => {
+                    // Each request that shared the pass fails as it would alone.
+                    let text = e.to_string();
+                    for &(pi, gi) in batch {
+                        let failed =
+                            crate::engine::EngineError::backend("shared pass", text.clone());
+                        pending[pi].1.groups[gi].outputs =
+                            Some(Err(DecideError::Predict(failed.into())));
+                    }
+                }
+            }
+            start = end;
+        }
+    }
+    // Decoding needs each agent's config.
+    let mut configs: Vec<(u64, AgentConfig)> = Vec::new();
+    for (_, p) in &pending {
+        for g in &p.groups {
+            if !configs.iter().any(|(k, _)| *k == g.key) {
+                if let Some(agent) = checkpoints.peek(g.key) {
+                    configs.push((g.key, agent.config.clone()));
+                }
+            }
+        }
+    }
+    // Decoding is cheap next to starting threads: one request after another.
+    pending
+        .into_iter()
+        .map(|(i, p)| (i, finish(&configs, ds[i], p)))
+        .collect()
+}
+
+/// A prepared request's answers from its groups' outputs.
+fn finish(
+    configs: &[(u64, AgentConfig)],
+    d: &Decision,
+    p: Prepared,
+) -> Result<Decided, DecideError> {
+    let mut answered: Vec<Option<StateResult>> = vec![None; d.states.len()];
+    for g in p.groups {
+        let outputs = g.outputs.unwrap_or_else(|| Err(unrouted()))?;
+        let config = configs
+            .iter()
+            .find(|(k, _)| *k == g.key)
+            .map(|(_, c)| c)
+            .ok_or_else(unrouted)?;
+        let mut at = 0;
+        for (&i, items) in g.members.iter().zip(&g.rows) {
+            let Some(outs) = outputs.get(at..at + items.len()) else {
+                return Err(DecideError::Predict(
+                    crate::engine::EngineError::Mismatch {
+                        what: "rows",
+                        got: outputs.len(),
+                        expected: at + items.len(),
+                    }
+                    .into(),
+                ));
+            };
+            answered[i] = Some(crate::agent::answer_rows(
+                config,
+                &p.questions,
+                items,
+                outs,
+            )?);
+            at += items.len();
+        }
+    }
+    let states = answered
+        .into_iter()
+        .zip(p.routes)
+        .map(|(r, routing)| {
+            Ok(StateDecision {
+                result: r.ok_or_else(unrouted)?,
+                routing,
+                tournament: Vec::new(),
+            })
+        })
+        .collect::<Result<Vec<_>, DecideError>>()?;
+    Ok(gate(states, d))
 }

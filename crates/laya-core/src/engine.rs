@@ -84,6 +84,13 @@ pub trait Forward {
     fn warm(&mut self) -> Result<(), EngineError> {
         Ok(())
     }
+
+    /// Whether every row's logits are bit for bit the same whatever other rows share its
+    /// pass (and wherever it sits among them): then the rows of several requests may run in
+    /// one pass without changing any answer.
+    fn batch_invariant(&self) -> bool {
+        false
+    }
 }
 
 /// An engine chosen at run time (`--engine`) behind the same seam.
@@ -98,6 +105,10 @@ impl<F: Forward + ?Sized> Forward for Box<F> {
 
     fn warm(&mut self) -> Result<(), EngineError> {
         (**self).warm()
+    }
+
+    fn batch_invariant(&self) -> bool {
+        (**self).batch_invariant()
     }
 }
 

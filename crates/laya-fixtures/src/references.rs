@@ -418,6 +418,12 @@ impl Forward for Recorded {
             precision: "f32",
         }
     }
+
+    /// Each row's logits come from its own tokens (or its own recording), never from its
+    /// batch mates.
+    fn batch_invariant(&self) -> bool {
+        true
+    }
 }
 
 /// One decision request of the references, ready to run.

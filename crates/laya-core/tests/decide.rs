@@ -1,0 +1,278 @@
+//! `decide_many` against `decide`: every request of the fixture workloads decided alone, in
+//! order, and again in random groups sharing forward passes. The answers (or errors), the
+//! loads and the residency order after every group must be the same, and the shared passes
+//! must really be shared.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use laya_core::agent::Agent;
+use laya_core::checkpoints::{Checkpoints, Loaded, Router, Single};
+use laya_core::decide::{decide, decide_many, DecideError, Decided, Decision, Settings};
+use laya_core::engine::{EngineError, EngineInfo, Forward, Row, RowLogits};
+use laya_core::request::{parse_batch, parse_decision, Limits};
+use laya_core::routing::{Checkpoint, RoutingConfig};
+use laya_fixtures::{fixtures_dir, Recorded};
+use pyjson::Value;
+
+/// The recorded-logits engine, counting its passes, optionally claiming batch invariance.
+struct Counted {
+    inner: Recorded,
+    passes: Arc<AtomicUsize>,
+    invariant: bool,
+}
+
+impl Forward for Counted {
+    fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
+        self.passes.fetch_add(1, Ordering::SeqCst);
+        self.inner.forward(rows)
+    }
+
+    fn info(&self) -> EngineInfo {
+        self.inner.info()
+    }
+
+    fn batch_invariant(&self) -> bool {
+        self.invariant
+    }
+}
+
+/// Which fixture checkpoint stands in for each name.
+fn fixture_of(name: &Checkpoint) -> &'static str {
+    match name.name() {
+        "english" => "tiny-english",
+        "multilingual" => "tiny-multilingual-shape",
+        _ => "tiny",
+    }
+}
+
+fn agent(ckpt: &str, passes: &Arc<AtomicUsize>, invariant: bool) -> Agent<Counted> {
+    let dir = fixtures_dir().join("checkpoints").join(ckpt);
+    let engine = Counted {
+        inner: Recorded::for_checkpoint(ckpt),
+        passes: passes.clone(),
+        invariant,
+    };
+    Agent::load(&dir, engine).expect("fixture checkpoint")
+}
+
+fn router(
+    max_loaded: usize,
+    passes: &Arc<AtomicUsize>,
+    loads: &Arc<AtomicUsize>,
+) -> Router<Counted> {
+    let (passes, loads) = (passes.clone(), loads.clone());
+    Router::new(
+        Box::new(move |name: &Checkpoint| {
+            loads.fetch_add(1, Ordering::SeqCst);
+            Ok(Loaded {
+                agent: agent(fixture_of(name), &passes, true),
+                revision: None,
+            })
+        }),
+        max_loaded,
+    )
+}
+
+/// Every request body of the fixture workloads that passes validation.
+fn decisions(routing: &RoutingConfig) -> Vec<Decision> {
+    let mut out = Vec::new();
+    for workload in ["smoke", "short", "edge", "routing", "lru"] {
+        let path = fixtures_dir()
+            .join("workloads")
+            .join(format!("{workload}.jsonl"));
+        let text = std::fs::read(&path).expect("workload");
+        for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let case = pyjson::loads(line).expect("workload line").value;
+            let Some(obj) = case.as_object() else {
+                continue;
+            };
+            let body = match (obj.get("raw_body"), obj.get("body")) {
+                (Some(Value::Str(raw)), _) => raw.as_bytes().to_vec(),
+                (_, Some(body)) => pyjson::dumps_spaced(body).into_bytes(),
+                _ => continue,
+            };
+            let batch = matches!(obj.get("path"), Some(Value::Str(p)) if p.ends_with("/batch"));
+            let limits = Limits::default();
+            let parsed: Option<Decision> = if batch {
+                parse_batch(&body, &limits, routing).ok().map(Into::into)
+            } else {
+                parse_decision(&body, &limits, routing).ok().map(Into::into)
+            };
+            out.extend(parsed);
+        }
+    }
+    out
+}
+
+fn same(a: &Result<Decided, DecideError>, b: &Result<Decided, DecideError>) -> bool {
+    match (a, b) {
+        // Debug text, not `==`: an option label may be a NaN float.
+        (Ok(a), Ok(b)) => format!("{a:?}") == format!("{b:?}"),
+        (Err(a), Err(b)) => a.to_string() == b.to_string(),
+        _ => false,
+    }
+}
+
+/// A small deterministic generator: random groups, the same on every run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % n as u64) as usize
+    }
+}
+
+/// Runs `ds` alone on `alone` and in random groups of 1-16 on `shared`, comparing answers and
+/// what `check` says of the two after each group. Returns the passes each made.
+fn compare<C: Checkpoints>(
+    ds: &[Decision],
+    settings: &Settings,
+    alone: &mut C,
+    shared: &mut C,
+    pass_tokens: usize,
+    seed: u64,
+    mut check: impl FnMut(&C, &C, usize),
+) {
+    let mut rng = Lcg(seed);
+    let mut at = 0;
+    while at < ds.len() {
+        let n = (1 + rng.below(16)).min(ds.len() - at);
+        let group: Vec<&Decision> = ds[at..at + n].iter().collect();
+        let together = decide_many(shared, settings, &group, pass_tokens);
+        assert_eq!(together.len(), n);
+        for (k, d) in group.iter().enumerate() {
+            let solo = decide(alone, settings, d);
+            assert!(
+                same(&solo, &together[k]),
+                "request {}: alone {:?}\ntogether {:?}",
+                at + k,
+                solo.as_ref().map(|_| "answered").map_err(|e| e.to_string()),
+                together[k]
+                    .as_ref()
+                    .map(|_| "answered")
+                    .map_err(|e| e.to_string())
+            );
+        }
+        check(alone, shared, at + n);
+        at += n;
+    }
+}
+
+#[test]
+fn shared_passes_give_every_request_its_own_answer() {
+    for tournament_group in [0, 2] {
+        let settings = Settings {
+            routing: RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false),
+            tournament_group,
+        };
+        let ds = decisions(&settings.routing);
+        assert!(ds.len() > 200, "{} requests", ds.len());
+        let (alone_passes, shared_passes) = (Arc::default(), Arc::default());
+        let mut alone = Single::new(agent("tiny", &alone_passes, true), None);
+        let mut shared = Single::new(agent("tiny", &shared_passes, true), None);
+        compare(
+            &ds,
+            &settings,
+            &mut alone,
+            &mut shared,
+            4096,
+            3,
+            |a, b, n| {
+                assert_eq!(
+                    a.resident(),
+                    b.resident(),
+                    "residency order after {n} requests"
+                );
+            },
+        );
+        let (a, s): (usize, usize) = (
+            alone_passes.load(Ordering::SeqCst),
+            shared_passes.load(Ordering::SeqCst),
+        );
+        println!(
+            "tournament {tournament_group}: {} requests, {a} passes alone, {s} shared",
+            ds.len()
+        );
+        // With tournaments most choices play their rounds alone; the rest still share.
+        let bound = if tournament_group == 0 { a / 2 } else { a };
+        assert!(s < bound, "passes were not shared: {s} of {a}");
+    }
+}
+
+#[test]
+fn the_router_loads_and_evicts_as_it_would_for_each_request_alone() {
+    let routing = RoutingConfig::default();
+    let settings = Settings {
+        routing: routing.clone(),
+        tournament_group: 0,
+    };
+    let ds = decisions(&routing);
+    for max_loaded in [1, 2, 3] {
+        let (passes_a, loads_a) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
+        let (passes_b, loads_b) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
+        let mut alone = router(max_loaded, &passes_a, &loads_a);
+        let mut shared = router(max_loaded, &passes_b, &loads_b);
+        compare(
+            &ds,
+            &settings,
+            &mut alone,
+            &mut shared,
+            8192,
+            5,
+            |a, b, n| {
+                let names = |c: &Router<Counted>| -> Vec<(String, u64)> {
+                    c.resident()
+                        .into_iter()
+                        .map(|r| (r.name.name().to_owned(), r.loaded))
+                        .collect()
+                };
+                assert_eq!(
+                    names(a),
+                    names(b),
+                    "max_loaded {max_loaded}: resident after {n} requests"
+                );
+                assert_eq!(
+                    loads_a.load(Ordering::SeqCst),
+                    loads_b.load(Ordering::SeqCst),
+                    "max_loaded {max_loaded}: loads after {n} requests"
+                );
+            },
+        );
+        println!(
+            "max_loaded {max_loaded}: {} loads; passes {} alone, {} shared",
+            loads_a.load(Ordering::SeqCst),
+            passes_a.load(Ordering::SeqCst),
+            passes_b.load(Ordering::SeqCst)
+        );
+    }
+}
+
+#[test]
+fn an_engine_that_is_not_batch_invariant_runs_each_request_alone() {
+    let settings = Settings {
+        routing: RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false),
+        tournament_group: 0,
+    };
+    let ds = decisions(&settings.routing);
+    let (alone_passes, shared_passes) = (Arc::default(), Arc::default());
+    let mut alone = Single::new(agent("tiny", &alone_passes, false), None);
+    let mut shared = Single::new(agent("tiny", &shared_passes, false), None);
+    compare(
+        &ds,
+        &settings,
+        &mut alone,
+        &mut shared,
+        1 << 20,
+        9,
+        |_, _, _| {},
+    );
+    assert_eq!(
+        alone_passes.load(Ordering::SeqCst),
+        shared_passes.load(Ordering::SeqCst)
+    );
+}
