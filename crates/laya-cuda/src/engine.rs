@@ -44,11 +44,14 @@ pub struct CudaSettings {
     pub kernel_cache: Option<PathBuf>,
     /// Rows are split into passes of at most this many tokens (bounds the activation memory).
     pub max_pass_tokens: usize,
-    /// Time cuBLASLt's candidate algorithms for each GEMM shape when it is first planned.
+    /// Time cuBLASLt's batch-invariant candidates for each layer when it is first planned.
     /// Off by default: timing noise can pick another algorithm on another start, and with it
-    /// other last bits in the answers; the heuristic's pick is the same on every start. It
-    /// gained 0-3% when measured (results/GPU-NOTES.md).
+    /// other last bits in the answers; the first verified candidate is the same on every
+    /// start. Timing gained 0-3% when measured per shape (results/GPU-NOTES.md).
     pub tune_gemms: bool,
+    /// The pass size (tokens) whose GEMM kernels every pass uses: one algorithm per layer for
+    /// every token count keeps each row's answer independent of its batch mates.
+    pub gemm_tokens: usize,
 }
 
 impl Default for CudaSettings {
@@ -60,6 +63,7 @@ impl Default for CudaSettings {
             kernel_cache: default_kernel_cache(),
             max_pass_tokens: 16_384,
             tune_gemms: false,
+            gemm_tokens: 512,
         }
     }
 }
@@ -253,6 +257,7 @@ impl CudaEngine {
         gpu.sync_all()?;
         let mut blas = Blas::new()?;
         blas.tune = settings.tune_gemms;
+        blas.reference_tokens = settings.gemm_tokens.max(1);
         tracing::info!(
             dir = %dir.display(),
             gpu = %gpu.name,
@@ -1063,5 +1068,11 @@ impl Forward for CudaEngine {
                 .map_err(|e| EngineError::backend("cuda", e))?;
         }
         Ok(())
+    }
+
+    /// Every GEMM runs one algorithm per layer, checked on the GPU to give a block of rows
+    /// the same bits at other token counts and offsets; the other kernels work row by row.
+    fn batch_invariant(&self) -> bool {
+        self.blas.batch_invariant()
     }
 }
