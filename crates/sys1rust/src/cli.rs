@@ -6,16 +6,27 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::logging::LogFormat;
+
 /// `sys1rust`.
 #[derive(Parser)]
 #[command(
     name = "sys1rust",
-    version,
+    version = crate::VERSION,
     about = "Serve Laya System 1 decision models"
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines look on stderr: text for people, json (one object per line) for log
+    /// collectors.
+    #[arg(long, global = true, value_enum, env = "SYS1_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Least severe level logged: critical, error, warning, info, debug or trace (default
+    /// info; also upstream's LAYA_LOG_LEVEL, read as upstream reads it). RUST_LOG, when set,
+    /// wins with a full filter.
+    #[arg(long, global = true, env = "SYS1_LOG_LEVEL")]
+    pub log_level: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -30,6 +41,20 @@ pub enum Command {
     Pull(PullArgs),
     /// List the models in the cache.
     Models,
+    /// Ask a running server whether it answers (for container health checks): exit 0 when
+    /// the URL answers 200 within the timeout, 1 otherwise.
+    Health(HealthArgs),
+}
+
+/// `sys1rust health`.
+#[derive(Args, Debug)]
+pub struct HealthArgs {
+    /// The URL to ask (plain http).
+    #[arg(long, default_value = "http://127.0.0.1:8000/health")]
+    pub url: String,
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 5.0)]
+    pub timeout: f64,
 }
 
 /// Where the model is and how it runs.
@@ -79,6 +104,15 @@ pub struct EngineArgs {
     /// CUDA engine: `rows` runs the plain reference attention (slow; for diagnosis).
     #[arg(long, value_enum, env = "SYS1_CUDA_ATTENTION", default_value_t = CudaAttention::Flash, hide = true)]
     pub cuda_attention: CudaAttention,
+    /// CUDA engine: the pass size (tokens) whose GEMM kernels every pass uses, so that a row's
+    /// answer does not depend on its batch mates (for tuning).
+    #[arg(
+        long,
+        env = "SYS1_CUDA_GEMM_TOKENS",
+        default_value_t = 512,
+        hide = true
+    )]
+    pub cuda_gemm_tokens: usize,
     /// Persistent directory for compiled GPU kernels (serve's --kernel-cache).
     #[arg(skip)]
     pub kernel_cache: Option<PathBuf>,
@@ -135,6 +169,11 @@ pub struct ServeArgs {
     /// Decision requests admitted at once (one runs, the rest queue); more get 503.
     #[arg(long, env = "LAYA_MAX_CONCURRENT", default_value = "16", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::positive_int_or(Some(s), 16)))]
     pub max_concurrent: usize,
+    /// Tokens one shared forward pass may hold when queued requests run together, on an
+    /// engine whose answers do not depend on their batch mates (the CUDA engine); 0 runs
+    /// every request alone. Nothing waits for a batch to fill.
+    #[arg(long, env = "SYS1_BATCH_TOKENS", default_value_t = 32768)]
+    pub batch_tokens: usize,
     /// Strict Jev output: only the contracted keys.
     #[arg(long, env = "LAYA_JEV_STRICT", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
     pub jev_strict: bool,
@@ -180,6 +219,11 @@ pub struct ServeArgs {
     /// exits with a failure status.
     #[arg(long, env = "SYS1_SHUTDOWN_GRACE", default_value_t = 30.0)]
     pub shutdown_grace: f64,
+    /// Seconds the server keeps accepting requests after SIGINT/SIGTERM, `/ready` already
+    /// answering 503, so that load balancers move traffic away before the port closes; the
+    /// shutdown grace period starts after it.
+    #[arg(long, env = "SYS1_DRAIN_DELAY", default_value_t = 0.0)]
+    pub drain_delay: f64,
     /// Seconds a decision request may take from admission to its answer, queue wait included;
     /// past it the answer is 504 (0: no limit, as upstream).
     #[arg(long, env = "SYS1_REQUEST_TIMEOUT", default_value_t = 0.0)]

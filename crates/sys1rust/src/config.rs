@@ -29,6 +29,10 @@ pub struct ServeConfig {
     pub max_concurrent: usize,
     /// Unload every checkpoint after this long without a request (router mode).
     pub idle_unload: Option<Duration>,
+    /// Tokens a shared forward pass of queued requests may hold (0: none shared).
+    pub batch_tokens: usize,
+    /// How long after a shutdown signal the server keeps accepting, `/ready` already 503.
+    pub drain_delay: Duration,
 }
 
 /// What `serve` holds.
@@ -102,14 +106,55 @@ impl ServeConfig {
                 tournament_group: args.tournament_group,
             },
             max_concurrent: args.max_concurrent,
+            batch_tokens: args.batch_tokens,
+            drain_delay: Duration::from_secs_f64(if args.drain_delay.is_finite() {
+                args.drain_delay.max(0.0)
+            } else {
+                0.0
+            }),
             idle_unload,
         })
     }
 }
 
+/// A started engine worker whose checkpoints are still loading.
+pub struct Spawned {
+    /// The handlers' state, at [`crate::http::Stage::Loading`].
+    pub state: AppState,
+    /// The outcome of `build`, once it is done.
+    pub loaded: std::sync::mpsc::Receiver<anyhow::Result<Started>>,
+    /// The worker's thread, which ends (its engines dropped there) once every handle of the
+    /// state is gone.
+    pub thread: std::thread::JoinHandle<()>,
+}
+
 /// Starts the engine worker, which runs `build` (load and warm the checkpoints) on its own
-/// thread, waits until it is ready, and returns the handlers' state and the worker's thread,
-/// which ends (its engines dropped there) once every handle of the state is gone.
+/// thread, and returns at once: a server can listen (and answer `/ready` with 503) while it
+/// loads. `loading_device` is the device `/health` names until then.
+pub fn spawn<C, B>(cfg: &ServeConfig, loading_device: String, build: B) -> anyhow::Result<Spawned>
+where
+    C: Owned + 'static,
+    B: FnOnce() -> anyhow::Result<(C, Started)> + Send + 'static,
+{
+    let (handle, loaded, thread) = worker::spawn(
+        worker::WorkerConfig {
+            capacity: cfg.max_concurrent,
+            settings: cfg.decide.clone(),
+            idle_unload: cfg.idle_unload,
+            pass_tokens: cfg.batch_tokens,
+        },
+        build,
+    )
+    .context("starting the engine worker")?;
+    let state = AppState::new(cfg.http.clone(), handle, cfg.max_concurrent, loading_device);
+    Ok(Spawned {
+        state,
+        loaded,
+        thread,
+    })
+}
+
+/// [`spawn`], then waits until the checkpoints are loaded: the state is ready.
 pub fn start<C, B>(
     cfg: &ServeConfig,
     build: B,
@@ -118,16 +163,11 @@ where
     C: Owned + 'static,
     B: FnOnce() -> anyhow::Result<(C, Started)> + Send + 'static,
 {
-    let (handle, ready, thread) = worker::spawn(
-        cfg.max_concurrent,
-        cfg.decide.clone(),
-        cfg.idle_unload,
-        build,
-    )
-    .context("starting the engine worker")?;
-    let started = ready
+    let spawned = spawn(cfg, String::from("cpu"), build)?;
+    let started = spawned
+        .loaded
         .recv()
         .context("the engine worker stopped while loading")??;
-    let state = AppState::new(cfg.http.clone(), handle, cfg.max_concurrent, started);
-    Ok((state, thread))
+    spawned.state.readiness.loaded(started);
+    Ok((spawned.state, spawned.thread))
 }

@@ -46,6 +46,7 @@ impl EngineArgs {
             s.kernel_cache = Some(dir.clone());
         }
         s.graphs = self.cuda_graphs;
+        s.gemm_tokens = self.cuda_gemm_tokens.max(1);
         if self.cuda_attention == CudaAttention::Rows {
             s.attention = laya_cuda::Attention::Rows;
         }

@@ -19,6 +19,20 @@ pub mod cmd;
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod logging;
 pub mod registry;
 pub mod server;
 pub mod worker;
+
+/// `--version`: the release, the commit it was built from, the MLX it links and the bundle
+/// flavor (which MLX backend: cpu, cuda13 or metal).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SYS1_COMMIT"),
+    ", MLX ",
+    env!("SYS1_MLX_VERSION"),
+    ", bundle ",
+    env!("SYS1_BUNDLE"),
+    ")"
+);

@@ -1,17 +1,22 @@
-//! The `sys1rust` binary: logging, the command line, then the library.
+//! The `sys1rust` binary: the command line, logging, then the library.
 
 use clap::Parser;
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = sys1rust::cli::Cli::parse();
+    // Upstream's variable when sys1rust's own is not set, with upstream's rule and message.
+    let level = cli
+        .log_level
+        .clone()
+        .or_else(|| std::env::var("LAYA_LOG_LEVEL").ok());
+    let level = match sys1rust::logging::parse_level(level.as_deref().unwrap_or("")) {
+        Ok(level) => level,
+        Err(message) => {
+            eprintln!("{message}");
+            std::process::exit(1);
+        }
+    };
+    sys1rust::logging::init(cli.log_format, level);
     // Before anything touches MLX (and before any thread exists).
     for (name, value) in laya_mlx::backend::configure_process() {
         tracing::debug!(name, value, "MLX setting");

@@ -1,9 +1,14 @@
-//! The engine worker: one thread that owns every loaded checkpoint and runs each decision
-//! ([`laya_core::decide::decide`]) in arrival order, upstream's FIFO inference gate.
+//! The engine worker: one thread that owns every loaded checkpoint and runs the decisions
+//! ([`laya_core::decide`]) in arrival order, upstream's FIFO inference gate.
 //!
 //! Handlers never touch an engine; they send a [`Job`] down a bounded channel, with their
 //! tracing span, and await the reply. The thread builds its engines itself, so no device value
 //! crosses threads, and inference never runs on the I/O threads.
+//!
+//! Whatever is queued when the worker looks is taken together: on an engine whose answers do
+//! not depend on their batch mates the requests share forward passes
+//! ([`laya_core::decide::decide_many`]), each still getting the answer it would get alone.
+//! Nothing waits for more requests to arrive.
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -131,14 +136,23 @@ impl WorkerHandle {
     }
 }
 
+/// How the worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Queued decisions at most (one per admission slot).
+    pub capacity: usize,
+    pub settings: Settings,
+    /// Upstream's `LAYA_IDLE_UNLOAD_SECONDS`: everything resident is unloaded once no
+    /// decision has finished for that long.
+    pub idle_unload: Option<Duration>,
+    /// Tokens a forward pass shared by queued requests may hold; 0 runs each alone.
+    pub pass_tokens: usize,
+}
+
 /// Starts the worker thread. `build` runs on that thread and makes the checkpoints; its
-/// outcome is reported through the returned receiver before any job is taken. With
-/// `idle_unload` (upstream's `LAYA_IDLE_UNLOAD_SECONDS`), everything resident is unloaded once
-/// no decision has finished for that long.
+/// outcome is reported through the returned receiver before any job is taken.
 pub fn spawn<C, B>(
-    capacity: usize,
-    settings: Settings,
-    idle_unload: Option<Duration>,
+    cfg: WorkerConfig,
     build: B,
 ) -> std::io::Result<(
     WorkerHandle,
@@ -149,6 +163,12 @@ where
     C: Owned + 'static,
     B: FnOnce() -> anyhow::Result<(C, Started)> + Send + 'static,
 {
+    let WorkerConfig {
+        capacity,
+        settings,
+        idle_unload,
+        pass_tokens,
+    } = cfg;
     let (tx, rx) = mpsc::sync_channel::<Job>(capacity.max(1));
     let (ready_tx, ready_rx) = mpsc::channel();
     let published = Arc::new(Mutex::new(Published {
@@ -204,30 +224,53 @@ where
                         }
                     }
                 };
-                let _entered = job.span.enter();
-                if job.reply.is_closed() {
-                    // The client disconnected, or its deadline passed, while it was queued:
-                    // nobody would read the answer.
-                    tracing::debug!("dropped a queued decision: its client has gone");
-                    shared.lock().unwrap_or_else(|e| e.into_inner()).cancelled += 1;
+                let mut jobs = vec![job];
+                if pass_tokens > 0 {
+                    jobs.extend(rx.try_iter().take(capacity));
+                }
+                // The client disconnected, or its deadline passed, while it was queued: nobody
+                // would read the answer.
+                let before = jobs.len();
+                jobs.retain(|j| !j.reply.is_closed());
+                if jobs.len() < before {
+                    tracing::debug!(
+                        dropped = before - jobs.len(),
+                        "dropped queued decisions: their clients have gone"
+                    );
+                    shared.lock().unwrap_or_else(|e| e.into_inner()).cancelled +=
+                        (before - jobs.len()) as u64;
+                }
+                if jobs.is_empty() {
                     continue;
                 }
                 let started = Instant::now();
-                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    decide::decide(&mut checkpoints, &settings, &job.decision)
+                let outcomes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if let [job] = &jobs[..] {
+                        let _entered = job.span.enter();
+                        return vec![decide::decide(&mut checkpoints, &settings, &job.decision)];
+                    }
+                    let _span = tracing::debug_span!("shared", requests = jobs.len()).entered();
+                    let decisions: Vec<&Decision> = jobs.iter().map(|j| &j.decision).collect();
+                    decide::decide_many(&mut checkpoints, &settings, &decisions, pass_tokens)
                 }));
                 let inference_ms = started.elapsed().as_secs_f64() * 1e3;
                 publish(&shared, &checkpoints, true);
-                let outcome = match outcome {
-                    Ok(Ok(decided)) => Ok(Answer {
-                        decided,
-                        inference_ms,
-                    }),
-                    Ok(Err(e)) => Err(WorkerError::Decide(e)),
-                    Err(_) => Err(WorkerError::Panicked),
+                let mut outcomes = match outcomes {
+                    Ok(o) => o.into_iter().map(Some).collect(),
+                    Err(_) => Vec::new(),
                 };
-                // The client may have gone; its answer is discarded like upstream's.
-                let _ = job.reply.send(outcome);
+                for (i, job) in jobs.into_iter().enumerate() {
+                    let outcome = match outcomes.get_mut(i).and_then(Option::take) {
+                        Some(Ok(decided)) => Ok(Answer {
+                            decided,
+                            inference_ms,
+                        }),
+                        Some(Err(e)) => Err(WorkerError::Decide(e)),
+                        None => Err(WorkerError::Panicked),
+                    };
+                    // The client may have gone; its answer is discarded like upstream's.
+                    let _ = job.reply.send(outcome);
+                }
             }
         })?;
     Ok((WorkerHandle { tx, published }, ready_rx, thread))

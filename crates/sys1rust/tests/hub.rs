@@ -21,7 +21,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use laya_hub::CHECKPOINT_FILES;
-use mock::{MockHub, MockRepo};
+use mock::{Fault, MockHub, MockRepo};
 
 const REPO: &str = "test-org/tiny";
 /// What `main` of `test-org/tiny` points at.
@@ -528,4 +528,103 @@ fn serve_by_repo_id_downloads_lists_and_serves_offline() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+/// The router downloads what it preloads after the port has opened: while the download runs
+/// `/ready` is 503 `loading` and `/health` 200; once the checkpoint is loaded `/ready` is 200
+/// and the checkpoint answers.
+#[test]
+fn ready_is_503_while_the_preload_downloads() {
+    let scratch = Scratch::new();
+    let home = scratch.0.join("hf-home");
+    let hub = MockHub::start(
+        HashMap::from([(REPO.to_owned(), MockRepo::new(COMMIT, fixture_files()))]),
+        "unused-token",
+    );
+    // About 4 s for the 7 MB of weights.
+    hub.fault(
+        "model.safetensors",
+        Fault::Slow {
+            chunk: 512 * 1024,
+            delay: Duration::from_millis(300),
+        },
+    );
+    let endpoint = hub.endpoint();
+    let extra = format!(r#"{{"slow": "{REPO}"}}"#);
+    let mut child = command(
+        &[
+            "serve",
+            "--port",
+            "0",
+            "--extra-models",
+            &extra,
+            "--models",
+            "slow",
+        ],
+        &[
+            ("HF_HOME", home.to_str().expect("utf-8")),
+            ("HF_ENDPOINT", endpoint.as_str()),
+            ("RUST_LOG", "info"),
+        ],
+    )
+    .spawn()
+    .expect("sys1rust starts");
+    let stderr = collect(child.stderr.take().expect("stderr"), "serve");
+    let stdout = collect(child.stdout.take().expect("stdout"), "out");
+    let deadline = Instant::now() + STEP_LIMIT;
+    let addr: std::net::SocketAddr = loop {
+        let found = joined(&stderr)
+            .lines()
+            .find(|l| l.contains("listening"))
+            .and_then(|l| l.split("addr=").nth(1))
+            .and_then(|a| a.split_whitespace().next())
+            .and_then(|a| a.parse().ok());
+        if let Some(addr) = found {
+            break addr;
+        }
+        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            panic!("no listening line:\n{}", joined(&stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let server = crate::support::Server::from_child(child, addr, String::new());
+    let ready = server.send("GET", "/ready", &[], None);
+    assert_eq!(
+        (ready.status, ready.text().as_str()),
+        (503, r#"{"status":"loading"}"#),
+        "{}",
+        joined(&stderr)
+    );
+    assert!(joined(&stdout).is_empty(), "a ready line before the load");
+    let health = server.send("GET", "/health", &[], None);
+    assert_eq!(health.status, 200, "{}", health.text());
+    assert!(
+        health.text().starts_with(r#"{"status":"ok","loaded":[]"#),
+        "{}",
+        health.text()
+    );
+
+    let deadline = Instant::now() + STEP_LIMIT;
+    loop {
+        let ready = server.send("GET", "/ready", &[], None);
+        if ready.status == 200 {
+            assert_eq!(ready.text(), r#"{"status":"ready"}"#);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never ready:\n{}",
+            joined(&stderr)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        joined(&stdout).contains(r#""event":"ready""#),
+        "the ready line follows the load"
+    );
+    let body = DECISION.replacen('{', r#"{"model":"slow","#, 1);
+    let resp = server.post_json("/v1/systemone", &body);
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert!(resp.text().contains(r#""model":"slow""#), "{}", resp.text());
 }

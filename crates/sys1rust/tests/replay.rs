@@ -6,6 +6,7 @@
 //! up to a number on a 4th-decimal rounding boundary (within 1e-6 of it); raw-body requests,
 //! for which upstream recorded no logits, must match in everything but the model's numbers. On MLX in f32 the body must equal upstream's text except a number
 //! one unit off in the 4th decimal whose unrounded upstream value lies on a rounding boundary
+//! (for raw-body requests, whose unrounded values are unknown, any one-unit difference)
 //! (the engine parity rule, see crates/laya-mlx/tests/answers.rs for the tolerance); in f16
 //! every probability must be within 1e-2 of upstream's and the choice equal except near ties,
 //! with everything else in the body (usage, routing, errors, key order) exact.
@@ -19,6 +20,9 @@ use crate::support::{checkpoint, serve_args, Server};
 
 /// See crates/laya-mlx/tests/answers.rs: MLX's and PyTorch's f32 differ by summation order.
 const BOUNDARY: f64 = 1e-5;
+/// Where upstream's unrounded value is unknown: any 4-decimal number is within 5e-5 of a
+/// rounding boundary.
+const UNKNOWN_BOUNDARY: f64 = 5.0e-5 + 1e-9;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -97,7 +101,13 @@ fn compare_answer_f16(mine: &Object, up: &Object, ctx: &str, worst: &mut f64, fl
     }
 }
 
-fn compare_result_f16(mine: &Value, up: &Value, ctx: &str, worst: &mut f64, flips: &mut usize) {
+pub(crate) fn compare_result_f16(
+    mine: &Value,
+    up: &Value,
+    ctx: &str,
+    worst: &mut f64,
+    flips: &mut usize,
+) {
     let (Value::Object(m), Value::Object(u)) = (mine, up) else {
         panic!("{ctx}: result is not an object")
     };
@@ -254,9 +264,15 @@ fn replay(mode: Mode) {
                     compare_shape(&mine, &up, &ctx, false);
                     shapes += 1;
                 } else if mode == Mode::F32 {
-                    let unrounded = unrounded_body(&mut oracle, &reference)
-                        .unwrap_or_else(|| reference.body.clone());
-                    boundary += check_f32(&body, &reference.body, &unrounded, BOUNDARY)
+                    // A raw-body request has no recorded logits, so its unrounded values are
+                    // unknown: a 4-decimal number is 5e-5 from the nearest boundary at most,
+                    // and one unit off is all f32 summation order (which differs between the
+                    // BLAS kernels of different CPUs) may move it.
+                    let (unrounded, tolerance) = match unrounded_body(&mut oracle, &reference) {
+                        Some(unrounded) => (unrounded, BOUNDARY),
+                        None => (reference.body.clone(), UNKNOWN_BOUNDARY),
+                    };
+                    boundary += check_f32(&body, &reference.body, &unrounded, tolerance)
                         .unwrap_or_else(|e| panic!("{ctx}: {e}"))
                         .len();
                 } else {

@@ -2,7 +2,9 @@
 //! three names through `LAYA_EXTRA_MODELS` (the working directory their parent), started the
 //! way upstream's references were recorded (`references/router/servers.json`: one server per
 //! configuration, its environment), answers every recorded request with upstream's status,
-//! headers and body: f32 on the CPU, a number on a 4th-decimal rounding boundary aside.
+//! headers and body: f32 on the CPU, a number on a 4th-decimal rounding boundary aside. With
+//! `SYS1_ROUTER_F16=1` (the GPU harness) the servers run in f16 on the GPU and the numbers
+//! follow the f16 rule, everything else exact.
 //!
 //! Beside the bytes: a checkpoint evicted and loaded again shows in the inference time, and a
 //! checkpoint that cannot load fails only the requests routed to it.
@@ -17,6 +19,7 @@ use laya_fixtures::{
 };
 use pyjson::Value;
 
+use crate::replay::compare_result_f16;
 use crate::support::{serial, Server};
 
 /// See replay.rs: MLX's and PyTorch's f32 differ by summation order.
@@ -114,7 +117,14 @@ fn replay_file(
         ("HF_HOME", hf_home.to_str().expect("utf-8")),
     ];
     all_env.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let server = Server::process_in(&cwd, &["--f32"], &all_env);
+    let f16 = std::env::var("SYS1_ROUTER_F16").is_ok_and(|v| v == "1");
+    let precision: &[&str] = if f16 {
+        &["--f16", "--device", "gpu"]
+    } else {
+        &["--f32"]
+    };
+    let server = Server::process_in(&cwd, precision, &all_env);
+    let (mut worst, mut flips) = (0f64, 0usize);
     let path = fixtures_dir()
         .join("references")
         .join("router")
@@ -160,11 +170,22 @@ fn replay_file(
                 "{ctx}: body\n{body}\nvs upstream\n{}",
                 reference.body
             );
-            let unrounded =
-                unrounded_body_routed(agents, reference).unwrap_or_else(|| reference.body.clone());
-            boundary += check_f32(&body, &reference.body, &unrounded, BOUNDARY)
-                .unwrap_or_else(|e| panic!("{ctx}: {e}"))
-                .len();
+            if f16 {
+                let parse = |b: &str| pyjson::loads(b.as_bytes()).expect("a JSON body").value;
+                compare_result_f16(
+                    &parse(&body),
+                    &parse(&reference.body),
+                    &ctx,
+                    &mut worst,
+                    &mut flips,
+                );
+            } else {
+                let unrounded = unrounded_body_routed(agents, reference)
+                    .unwrap_or_else(|| reference.body.clone());
+                boundary += check_f32(&body, &reference.body, &unrounded, BOUNDARY)
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"))
+                    .len();
+            }
         }
         if let Some(ms) = resp
             .header("x-inference-time-ms")
@@ -174,8 +195,13 @@ fn replay_file(
         }
     }
     println!(
-        "router {name}: {} requests replayed, {boundary} numbers on a rounding boundary",
-        references.len()
+        "router {name}: {} requests replayed, {boundary} numbers on a rounding boundary{}",
+        references.len(),
+        if f16 {
+            format!(", f16 max probability error {worst:.5}, near-tie flips {flips}")
+        } else {
+            String::new()
+        }
     );
     times
 }

@@ -7,10 +7,13 @@
 //! * `router`: upstream's router over the three fixture checkpoints, every configuration of
 //!   its references, by the real binary;
 //! * `transport`: real sockets: admission under slow uploads, idle connections, SIGTERM;
+//! * `batching`: queued requests sharing forward passes, answers unchanged;
 //! * `reliability`: clients that never read, early errors, abandoned and overdue requests;
+//! * `serving`: what operators see: request logs and ids, readiness, drain, `--version`;
 //! * `readme_example`, `hub` (downloads from a mock hub by the real binary), `install`
 //!   (installer and service files).
 
+mod batching;
 mod conformance;
 mod hub;
 mod install;
@@ -18,6 +21,7 @@ mod readme_example;
 mod reliability;
 mod replay;
 mod router;
+mod serving;
 #[allow(dead_code)]
 mod support;
 mod transport;

@@ -3,6 +3,7 @@
 
 mod bench;
 mod decide;
+mod health;
 mod models;
 mod serve;
 
@@ -25,6 +26,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Pull(args) => models::pull(&args),
         Command::Models => models::list(),
+        Command::Health(args) => health::run(&args),
     }
 }
 

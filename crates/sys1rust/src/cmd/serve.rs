@@ -2,6 +2,7 @@
 //! line, and serve until SIGINT/SIGTERM.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -48,7 +49,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     );
     let mut model = args.model.clone();
     model.engine.kernel_cache = args.kernel_cache.clone();
-    let (state, described) = match &args.model.model {
+    let loading_device = model.engine.preview().device;
+    let (spawned, cfg, described) = match &args.model.model {
+        // The model is found (downloaded when it is not cached) before the port opens: the
+        // label `routing.repo` prints comes from it.
         Some(_) => {
             let resolved = model.resolve()?;
             let label = args
@@ -61,8 +65,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 "dir": resolved.dir.display().to_string(),
                 "revision": resolved.revision,
             });
-            let state = config::start(&cfg, move || super::load_single(&model, &resolved, true))?;
-            ((state, cfg), described)
+            let spawned = config::spawn(&cfg, loading_device, move || {
+                super::load_single(&model, &resolved, true)
+            })?;
+            (spawned, cfg, described)
         }
         None => {
             let base = std::env::current_dir().context("reading the working directory")?;
@@ -82,7 +88,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             });
             let (engine, offline, max_loaded) =
                 (model.engine.clone(), model.offline, args.router.max_loaded);
-            let state = config::start(&cfg, move || {
+            let spawned = config::spawn(&cfg, loading_device, move || {
                 let started = std::time::Instant::now();
                 let preview = engine.preview();
                 let mut router = Router::new(registry.loader(engine, offline), max_loaded);
@@ -97,58 +103,50 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 };
                 Ok((router, loaded))
             })?;
-            ((state, cfg), described)
+            (spawned, cfg, described)
         }
     };
-    let ((state, worker), cfg) = state;
-    let started = state.started.clone();
+    let config::Spawned {
+        state,
+        loaded,
+        thread: worker,
+    } = spawned;
+    let readiness = state.readiness.clone();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting tokio")?;
     let served = runtime.block_on(async move {
+        // Listening at once: an orchestrator sees a live process (/health) that is not yet
+        // ready (/ready), rather than a closed port, while the checkpoints load.
         let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
             .await
             .with_context(|| format!("binding {}:{}", cfg.host, cfg.port))?;
         let addr = listener.local_addr()?;
-        let mut ready_line = serde_json::json!({
-            "event": "ready",
-            "address": addr.to_string(),
-            "url": format!("http://{addr}"),
-        });
-        if let (Some(line), Some(more)) = (ready_line.as_object_mut(), described.as_object()) {
-            line.extend(more.clone());
-            line.extend([
-                ("engine".to_owned(), started.info.engine.into()),
-                ("device".to_owned(), started.info.device.clone().into()),
-                ("precision".to_owned(), started.info.precision.into()),
-                (
-                    "load_ms".to_owned(),
-                    ((started.load_ms * 10.0).round() / 10.0).into(),
-                ),
-                (
-                    "warmup_ms".to_owned(),
-                    ((started.warmup_ms * 10.0).round() / 10.0).into(),
-                ),
-                (
-                    "kernel_cache".to_owned(),
-                    kernel_cache
-                        .as_ref()
-                        .map(|d| d.display().to_string())
-                        .into(),
-                ),
-            ]);
-        }
-        println!("{ready_line}");
-        tracing::info!(%addr, "listening");
-        server::serve(
+        tracing::info!(%addr, "listening; loading the checkpoints");
+        let server = server::serve(
             listener,
             http::app(state),
             cfg.conn,
-            server::shutdown_signal(),
-        )
-        .await?;
+            drain_on_signal(readiness.clone(), cfg.drain_delay),
+        );
+        tokio::pin!(server);
+        let load = tokio::task::spawn_blocking(move || loaded.recv());
+        let started = tokio::select! {
+            // A signal while loading: nothing was ready, nothing is lost.
+            res = &mut server => return res.map_err(anyhow::Error::from),
+            outcome = load => outcome
+                .context("waiting for the engine worker")?
+                .context("the engine worker stopped while loading")??,
+        };
+        readiness.loaded(started.clone());
+        println!(
+            "{}",
+            ready_line(addr, &described, &started, kernel_cache.as_deref())
+        );
+        tracing::info!(%addr, "ready");
+        server.await?;
         Ok::<_, anyhow::Error>(())
     });
     // Every handle of the state goes with the runtime's tasks; the worker then drops its
@@ -167,4 +165,58 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The shutdown the server waits for: on SIGINT/SIGTERM `/ready` turns 503 at once, and the
+/// server keeps accepting for `delay` (so that load balancers see it before connections are
+/// refused), then stops accepting and finishes what is in flight. A second signal cuts the
+/// delay short.
+async fn drain_on_signal(readiness: std::sync::Arc<http::Readiness>, delay: Duration) {
+    server::shutdown_signal().await;
+    readiness.drain();
+    if !delay.is_zero() {
+        tracing::info!(
+            delay_s = delay.as_secs_f64(),
+            "draining: /ready answers 503; still accepting requests"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = server::shutdown_signal() => {}
+        }
+    }
+}
+
+/// The one line serve prints on stdout once it is ready, for scripts and the tests.
+fn ready_line(
+    addr: std::net::SocketAddr,
+    described: &serde_json::Value,
+    started: &Started,
+    kernel_cache: Option<&Path>,
+) -> serde_json::Value {
+    let mut line = serde_json::json!({
+        "event": "ready",
+        "address": addr.to_string(),
+        "url": format!("http://{addr}"),
+    });
+    if let (Some(line), Some(more)) = (line.as_object_mut(), described.as_object()) {
+        line.extend(more.clone());
+        line.extend([
+            ("engine".to_owned(), started.info.engine.into()),
+            ("device".to_owned(), started.info.device.clone().into()),
+            ("precision".to_owned(), started.info.precision.into()),
+            (
+                "load_ms".to_owned(),
+                ((started.load_ms * 10.0).round() / 10.0).into(),
+            ),
+            (
+                "warmup_ms".to_owned(),
+                ((started.warmup_ms * 10.0).round() / 10.0).into(),
+            ),
+            (
+                "kernel_cache".to_owned(),
+                kernel_cache.map(|d| d.display().to_string()).into(),
+            ),
+        ]);
+    }
+    line
 }

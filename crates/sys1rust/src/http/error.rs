@@ -8,6 +8,7 @@ use laya_core::decide::DecideError;
 use laya_core::render::NonFinite;
 use laya_core::request::{RequestError, RequestErrorKind};
 
+use super::request_log::Facts;
 use crate::worker::WorkerError;
 
 /// Every failure a request can meet.
@@ -97,6 +98,21 @@ impl ApiError {
     }
 }
 
+/// An error and its sources, `outer: inner: ...`.
+fn cause_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = inner.source();
+    }
+    out
+}
+
 /// A JSON response with upstream's bare `application/json` content type.
 pub fn json_response(status: StatusCode, body: String) -> Response {
     let mut resp = (status, body).into_response();
@@ -110,15 +126,19 @@ pub fn json_response(status: StatusCode, body: String) -> Response {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let answer = self.answer();
-        if answer.status == StatusCode::INTERNAL_SERVER_ERROR {
-            tracing::error!(error = %self, "request failed");
-        }
+        // The request's log line names the cause: the full chain, which a 500's fixed detail
+        // hides from the client.
+        let facts = Facts {
+            error: Some(cause_chain(&self)),
+            ..Facts::default()
+        };
         if answer.plain_text {
             let mut resp = (answer.status, answer.detail).into_response();
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; charset=utf-8"),
             );
+            resp.extensions_mut().insert(facts);
             return resp;
         }
         let mut body = String::with_capacity(answer.detail.len() + 12);
@@ -126,6 +146,7 @@ impl IntoResponse for ApiError {
         pyjson::write_str(&mut body, &answer.detail);
         body.push('}');
         let mut resp = json_response(answer.status, body);
+        resp.extensions_mut().insert(facts);
         match self {
             ApiError::Busy => {
                 resp.headers_mut()

@@ -11,6 +11,8 @@ pub mod body;
 mod error;
 mod metrics;
 mod openapi;
+pub mod ready;
+pub mod request_log;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,8 +33,10 @@ use tokio::sync::Semaphore;
 
 pub use error::{json_response, ApiError};
 pub use metrics::Metrics;
+pub use ready::{Readiness, Stage};
 
-use crate::worker::{Answer, Started, WorkerHandle};
+use crate::worker::{Answer, WorkerHandle};
+use request_log::Facts;
 
 /// Upstream's body cap: 2 MiB, exactly 2 097 152 bytes accepted.
 pub const BODY_LIMIT: usize = 2 * 1024 * 1024;
@@ -61,15 +65,17 @@ pub struct AppState {
     pub worker: WorkerHandle,
     pub admission: Arc<Semaphore>,
     pub metrics: Arc<Metrics>,
-    pub started: Arc<Started>,
+    pub readiness: Arc<Readiness>,
 }
 
 impl AppState {
+    /// The state of a server still loading; `loading_device` is what `/health` names until
+    /// [`Readiness::loaded`].
     pub fn new(
         cfg: HttpConfig,
         worker: WorkerHandle,
         max_concurrent: usize,
-        started: Started,
+        loading_device: String,
     ) -> AppState {
         AppState {
             cfg: Arc::new(cfg),
@@ -78,7 +84,7 @@ impl AppState {
                 max_concurrent.clamp(1, Semaphore::MAX_PERMITS),
             )),
             metrics: Arc::new(Metrics::default()),
-            started: Arc::new(started),
+            readiness: Arc::new(Readiness::new(loading_device)),
         }
     }
 }
@@ -103,11 +109,16 @@ pub fn app(state: AppState) -> Router {
                 get(health).head(|| async { ApiError::MethodNotAllowed("GET") }),
             ),
         )
-        .route("/metrics", only("GET", get(metrics)));
+        .route("/metrics", only("GET", get(metrics)))
+        .route("/ready", only("GET", get(ready::ready)))
+        .route("/drain", only("POST", post(ready::drain)));
     if open {
         router = router.route("/openapi.json", only("GET", get(openapi::document)));
     }
-    router.fallback(not_found).with_state(state)
+    router
+        .fallback(not_found)
+        .with_state(state)
+        .layer(axum::middleware::from_fn(request_log::layer))
 }
 
 /// Unknown paths are 404, except that a trailing slash on a known route redirects (307) to
@@ -117,7 +128,7 @@ async fn not_found(State(state): State<AppState>, headers: HeaderMap, uri: Uri) 
     if let Some(trimmed) = path.strip_suffix('/') {
         let known = matches!(
             trimmed,
-            "/v1/systemone" | "/v1/systemone/batch" | "/health" | "/metrics"
+            "/v1/systemone" | "/v1/systemone/batch" | "/health" | "/metrics" | "/ready" | "/drain"
         ) || (trimmed == "/openapi.json" && state.cfg.api_key.is_none());
         if known {
             let host = headers
@@ -213,6 +224,7 @@ async fn decision(
     route: Route,
     headers: &HeaderMap,
     body: Body,
+    facts: &mut Facts,
 ) -> Result<Response, ApiError> {
     let admitted_at = Instant::now();
     let (admitted, bytes) = admit_and_read(state, headers, body).await?;
@@ -233,6 +245,15 @@ async fn decision(
             .await
             .map_err(|_| ApiError::Timeout)??,
     };
+    facts.inference_ms = Some(inference_ms);
+    facts.input_tokens = Some(decided.input_tokens());
+    facts.states = Some(decided.states.len());
+    for s in &decided.states {
+        let name = s.routing.model.name();
+        if !facts.checkpoints.iter().any(|c| c == name) {
+            facts.checkpoints.push(name.to_owned());
+        }
+    }
     state.metrics.inference(
         route.label(),
         inference_ms / 1e3,
@@ -252,9 +273,19 @@ async fn decision(
 /// answer in the metrics.
 async fn counted(state: AppState, route: Route, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
-    let resp = decision(&state, route, &headers, body)
+    let mut facts = Facts::default();
+    let mut resp = decision(&state, route, &headers, body, &mut facts)
         .await
         .unwrap_or_else(IntoResponse::into_response);
+    // An error's response carries its cause; the decision's facts join it.
+    if let Some(cause) = resp
+        .extensions_mut()
+        .remove::<Facts>()
+        .and_then(|f| f.error)
+    {
+        facts.error = Some(cause);
+    }
+    resp.extensions_mut().insert(facts);
     state.metrics.request(
         route.label(),
         resp.status().as_u16(),
@@ -306,7 +337,7 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
     out.push_str("},\"device\":");
     match resident.first() {
         Some(r) => pyjson::write_str(&mut out, &r.device),
-        None => pyjson::write_str(&mut out, &state.started.info.device),
+        None => pyjson::write_str(&mut out, state.readiness.device()),
     }
     out.push_str(if resident.is_empty() {
         ",\"device_is_preference\":true,\"checkpoint_devices\":{"

@@ -58,6 +58,7 @@ pub fn serve_args(args: &[&str]) -> ServeArgs {
     match Cli::try_parse_from(argv) {
         Ok(Cli {
             command: Sub::Serve(args),
+            ..
         }) => *args,
         Ok(_) => panic!("not a serve command line"),
         Err(e) => panic!("serve {args:?}: {e}"),
@@ -157,13 +158,25 @@ impl Server {
     pub fn process_in(cwd: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sys1rust"));
         cmd.current_dir(cwd);
+        cmd.env("RUST_LOG", "warn").stderr(Stdio::inherit());
+        Server::spawn(cmd, args, env)
+    }
+
+    /// [`Server::process`] with its log (stderr) written to `log`, at the log settings of
+    /// `args` and `env` (no `RUST_LOG`).
+    pub fn process_logged(args: &[&str], env: &[(&str, &str)], log: &std::path::Path) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sys1rust"));
+        let file = std::fs::File::create(log).expect("log file");
+        cmd.env_remove("RUST_LOG").stderr(file);
+        Server::spawn(cmd, args, env)
+    }
+
+    fn spawn(mut cmd: Command, args: &[&str], env: &[(&str, &str)]) -> Server {
         cmd.arg("serve").args(["--port", "0"]).args(args);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.stdout(Stdio::piped());
         let mut child = cmd.spawn().expect("sys1rust starts");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
@@ -328,6 +341,11 @@ impl Gate {
         self.opened.notify_all();
     }
 
+    /// Holds the passes that start from now on.
+    pub fn close(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = false;
+    }
+
     /// Forward passes that reached the engine.
     pub fn calls(&self) -> usize {
         self.calls.load(std::sync::atomic::Ordering::SeqCst)
@@ -373,6 +391,10 @@ impl<F: Forward> Forward for Gated<F> {
 
     fn info(&self) -> laya_core::engine::EngineInfo {
         self.inner.info()
+    }
+
+    fn batch_invariant(&self) -> bool {
+        self.inner.batch_invariant()
     }
 }
 

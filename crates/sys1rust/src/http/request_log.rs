@@ -1,0 +1,152 @@
+//! Request ids and the one log line per request.
+//!
+//! [`layer`] wraps every route: it takes the client's `X-Request-Id` when it is sane, else
+//! makes one, runs the request inside a span carrying it (so the worker's and the error's log
+//! lines name it too), echoes it on the response, and logs one INFO line when the response is
+//! ready. Handlers report what they learned (inference time, tokens, the routed checkpoint, an
+//! error's cause) as a [`Facts`] response extension; bodies and bearer tokens are never logged.
+
+use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use tracing::Instrument;
+
+/// The header, in the spelling most proxies and tracers use.
+pub const HEADER: &str = "x-request-id";
+
+/// Longest client-chosen id kept; a longer one is replaced, not cut.
+pub const MAX_LEN: usize = 128;
+
+/// A request's id, as handlers may read it from the request's extensions.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// What a handler learned about its request, for the log line.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub inference_ms: Option<f64>,
+    pub input_tokens: Option<usize>,
+    /// States answered (1 on the single route).
+    pub states: Option<usize>,
+    /// The routed checkpoints, in order of first appearance.
+    pub checkpoints: Vec<String>,
+    /// Why the request failed, when it did (an error's cause, not the body).
+    pub error: Option<String>,
+}
+
+/// An id a client may choose: 1 to [`MAX_LEN`] bytes of letters, digits and `-_.:/+=@`, so it
+/// can be logged and echoed without escaping.
+fn sane(value: &HeaderValue) -> Option<&str> {
+    let s = value.to_str().ok()?;
+    let ok = !s.is_empty()
+        && s.len() <= MAX_LEN
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:/+=@".contains(&b));
+    ok.then_some(s)
+}
+
+/// 32 hex digits, unique in the process (a counter) and across processes (random keys).
+fn generate() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut out = String::with_capacity(32);
+    for salt in [0u64, 1] {
+        // RandomState draws fresh random keys for each instance.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(n);
+        h.write_u64(salt);
+        let _ = write!(out, "{:016x}", h.finish());
+    }
+    out
+}
+
+/// The middleware (`axum::middleware::from_fn`).
+pub async fn layer(mut req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let id = req
+        .headers()
+        .get(HEADER)
+        .and_then(sane)
+        .map(str::to_owned)
+        .unwrap_or_else(generate);
+    let method = req.method().clone();
+    // The route's pattern, never a client's arbitrary path.
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let span = tracing::info_span!("request", id = %id);
+    let mut resp = next.run(req).instrument(span.clone()).await;
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(HEADER, v);
+    }
+    let facts = resp.extensions_mut().remove::<Facts>().unwrap_or_default();
+    let status = resp.status().as_u16();
+    let total_ms = round2(started.elapsed().as_secs_f64() * 1e3);
+    let checkpoint = (!facts.checkpoints.is_empty()).then(|| facts.checkpoints.join(","));
+    span.in_scope(|| {
+        macro_rules! line {
+            ($level:ident) => {
+                tracing::$level!(
+                    method = %method,
+                    route = %route,
+                    status,
+                    total_ms,
+                    inference_ms = facts.inference_ms.map(round2),
+                    input_tokens = facts.input_tokens,
+                    states = facts.states,
+                    checkpoint = checkpoint.as_deref(),
+                    error = facts.error.as_deref(),
+                    "request"
+                )
+            };
+        }
+        if status >= 500 && status != 503 && status != 504 {
+            line!(error)
+        } else {
+            line!(info)
+        }
+    });
+    resp
+}
+
+fn round2(ms: f64) -> f64 {
+    (ms * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sane_ids_pass_and_others_are_replaced() {
+        let ok = HeaderValue::from_static("req-1_a.b:c/d+e=f@g");
+        assert_eq!(sane(&ok), Some("req-1_a.b:c/d+e=f@g"));
+        for bad in ["", "a b", "a\"b", "ä"] {
+            if let Ok(v) = HeaderValue::from_str(bad) {
+                assert_eq!(sane(&v), None, "{bad:?}");
+            }
+        }
+        let long = "x".repeat(MAX_LEN + 1);
+        assert_eq!(sane(&HeaderValue::from_str(&long).unwrap()), None);
+        let longest = "x".repeat(MAX_LEN);
+        assert!(sane(&HeaderValue::from_str(&longest).unwrap()).is_some());
+    }
+
+    #[test]
+    fn generated_ids_are_hex_and_distinct() {
+        let a = generate();
+        let b = generate();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,64 @@
+//! The process's log output: text for people, JSON lines for log collectors, on stderr.
+//!
+//! The level comes from `--log-level` (also `SYS1_LOG_LEVEL`, else upstream's
+//! `LAYA_LOG_LEVEL`, parsed as upstream parses it); `RUST_LOG`, when set, overrides it with a
+//! full filter (per-module levels), as every tracing-based server lets it.
+
+use clap::ValueEnum;
+use tracing_subscriber::EnvFilter;
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event (colours on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per event: `timestamp`, `level`, `fields`, `target`, `span`, `spans`.
+    Json,
+}
+
+/// Upstream's levels (uvicorn's), in its spelling.
+pub const LEVELS: [&str; 6] = ["critical", "debug", "error", "info", "trace", "warning"];
+
+/// Upstream's `LAYA_LOG_LEVEL` rule: trimmed, lower-cased, blank means `info`, else one of
+/// [`LEVELS`]; the error is upstream's start-up message. Returns tracing's directive.
+pub fn parse_level(raw: &str) -> Result<&'static str, String> {
+    let level = raw.trim().to_lowercase();
+    Ok(match level.as_str() {
+        "" | "info" => "info",
+        // tracing has no level above error: critical and error log the same events.
+        "critical" | "error" => "error",
+        "warning" => "warn",
+        "debug" => "debug",
+        "trace" => "trace",
+        _ => {
+            return Err(format!(
+                "invalid LAYA_LOG_LEVEL {}: must be one of {}",
+                pyjson::repr_str(raw),
+                LEVELS.join(", ")
+            ))
+        }
+    })
+}
+
+/// Installs the global subscriber. `level` is a [`parse_level`] directive.
+pub fn init(format: LogFormat, level: &str) {
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
+}

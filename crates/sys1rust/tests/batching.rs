@@ -1,0 +1,105 @@
+//! Requests queued together share forward passes on an engine whose rows do not depend on
+//! their batch mates, and each still gets the very bytes it gets alone.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use laya_fixtures::read_jsonl;
+
+use crate::support::{fixtures_dir, read_response, request_bytes, serial, Server};
+
+/// The single-route bodies of the smoke workload, as its harness sent them.
+fn smoke_bodies() -> Vec<String> {
+    read_jsonl(&fixtures_dir().join("workloads").join("smoke.jsonl"))
+        .iter()
+        .filter_map(|case| {
+            let obj = case.as_object()?;
+            if obj.get("path").is_some() {
+                return None;
+            }
+            Some(pyjson::dumps_spaced(obj.get("body")?))
+        })
+        .collect()
+}
+
+fn post(addr: std::net::SocketAddr, body: String) -> std::thread::JoinHandle<(u16, String)> {
+    std::thread::spawn(move || {
+        let mut conn = TcpStream::connect(addr).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        conn.write_all(&request_bytes(
+            "POST",
+            "/v1/systemone",
+            &[("content-type", "application/json")],
+            Some(body.as_bytes()),
+            false,
+        ))
+        .expect("write");
+        let r = read_response(&mut conn);
+        (r.status, r.text())
+    })
+}
+
+#[test]
+fn queued_requests_share_a_pass_and_keep_their_answers() {
+    let _serial = serial();
+    let mut bodies = smoke_bodies();
+    assert!(bodies.len() >= 12, "{} smoke bodies", bodies.len());
+    bodies.truncate(12);
+    let (s, gate) = Server::gated(&["--max-concurrent", "16"]);
+    gate.open();
+    let alone: Vec<String> = bodies
+        .iter()
+        .map(|b| {
+            let r = s.post_json("/v1/systemone", b);
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.text()
+        })
+        .collect();
+    let solo_passes = gate.calls();
+    assert_eq!(solo_passes, bodies.len(), "one pass a request alone");
+
+    // The first request holds the engine; the others queue behind it, then run together.
+    gate.close();
+    let first = post(s.addr, bodies[0].clone());
+    gate.wait_calls(solo_passes + 1);
+    let rest: Vec<_> = bodies[1..]
+        .iter()
+        .map(|b| post(s.addr, b.clone()))
+        .collect();
+    s.wait_admitted(bodies.len() as u64, None);
+    gate.open();
+    let mut together = vec![first.join().expect("first")];
+    together.extend(rest.into_iter().map(|t| t.join().expect("client")));
+    for (i, ((status, text), solo)) in together.iter().zip(&alone).enumerate() {
+        assert_eq!(*status, 200, "request {i}: {text}");
+        assert_eq!(text, solo, "request {i}: shared pass changed the answer");
+    }
+    assert_eq!(
+        gate.calls(),
+        solo_passes + 2,
+        "the first request alone, then the {} queued in one pass",
+        bodies.len() - 1
+    );
+}
+
+#[test]
+fn batch_tokens_zero_runs_every_request_alone() {
+    let _serial = serial();
+    let bodies = smoke_bodies();
+    let (s, gate) = Server::gated(&["--max-concurrent", "16", "--batch-tokens", "0"]);
+    let first = post(s.addr, bodies[0].clone());
+    gate.wait_calls(1);
+    let rest: Vec<_> = bodies[1..8]
+        .iter()
+        .map(|b| post(s.addr, b.clone()))
+        .collect();
+    s.wait_admitted(8, None);
+    gate.open();
+    assert_eq!(first.join().expect("first").0, 200);
+    for t in rest {
+        assert_eq!(t.join().expect("client").0, 200);
+    }
+    assert_eq!(gate.calls(), 8);
+}

@@ -1,0 +1,404 @@
+//! What operators and orchestrators see: one log line per request (text and JSON), request
+//! ids, `/ready` during a drain (hub.rs has it across a start that downloads), SIGTERM's drain and grace period, `POST /drain`,
+//! `--version`, `sys1rust health` and upstream's `LAYA_LOG_LEVEL` rule.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::{checkpoint, serial, Server};
+
+const BODY: &str = r#"{"state":"I was charged twice for my subscription this month","questions":{"dept":{"type":"choice","instructions":"which team?","criteria":{"billing":"refunds","tech":"bugs"}},"urgent":{"type":"noul","instructions":"is it urgent?"}}}"#;
+
+/// A file under the test binary's scratch directory, fresh for each caller.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serving");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(&path);
+    path
+}
+
+fn tiny_dir() -> String {
+    checkpoint("tiny").to_str().expect("utf-8 path").to_owned()
+}
+
+fn sigterm(s: &mut Server) {
+    let pid = s.child().id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+}
+
+fn exit_within(s: &mut Server, limit: Duration) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = s.child().try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(started.elapsed() < limit, "still running after {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `"request"` events of a JSON log.
+fn request_events(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "request")
+        .collect()
+}
+
+fn post(s: &Server, headers: &[(&str, &str)], body: &str) -> crate::support::Response {
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    s.send("POST", "/v1/systemone", &all, Some(body.as_bytes()))
+}
+
+/// A 200, a 400 and a 503, each logged once at INFO as JSON with its id, status and facts;
+/// neither the bearer nor the body reaches the log.
+#[test]
+fn json_log_line_per_request() {
+    let _serial = serial();
+    let log = scratch("json.log");
+    let key = "k3y-never-logged";
+    let bearer = format!("Bearer {key}");
+    let auth = [("authorization", bearer.as_str())];
+    let tiny = tiny_dir();
+    let mut s = Server::process_logged(
+        &[
+            "--model",
+            &tiny,
+            "--log-format",
+            "json",
+            "--max-concurrent",
+            "1",
+        ],
+        &[("LAYA_API_KEY", key)],
+        &log,
+    );
+    let mut headers = auth.to_vec();
+    headers.push(("x-request-id", "client-id-1"));
+    let ok = post(&s, &headers, BODY);
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.header("x-request-id"), Some("client-id-1"));
+    let answer: serde_json::Value = serde_json::from_slice(&ok.body).expect("json");
+    let routed = answer["routing"]["model"].as_str().expect("routing.model");
+
+    let bad = post(&s, &auth, "{");
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    let bad_id = bad
+        .header("x-request-id")
+        .expect("a generated id")
+        .to_owned();
+
+    // An upload holding the only admission slot: the next request is refused.
+    let held = s.stall("/v1/systemone", &auth, BODY.len(), b"{");
+    s.wait_admitted(1, Some(&bearer));
+    let busy = post(&s, &auth, BODY);
+    assert_eq!(busy.status, 503, "{}", busy.text());
+    let busy_id = busy
+        .header("x-request-id")
+        .expect("a generated id")
+        .to_owned();
+    drop(held);
+
+    sigterm(&mut s);
+    assert!(exit_within(&mut s, Duration::from_secs(15)).success());
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(!text.contains(key), "the bearer token was logged");
+    assert!(!text.contains("charged twice"), "the body was logged");
+    let events = request_events(&text);
+    let by_id = |id: &str| {
+        let found: Vec<&serde_json::Value> =
+            events.iter().filter(|e| e["span"]["id"] == id).collect();
+        assert_eq!(found.len(), 1, "one line for {id}: {text}");
+        found[0].clone()
+    };
+    let e = by_id("client-id-1");
+    assert_eq!(e["level"], "INFO");
+    let f = &e["fields"];
+    assert_eq!(f["method"], "POST");
+    assert_eq!(f["route"], "/v1/systemone");
+    assert_eq!(f["status"], 200);
+    assert_eq!(f["states"], 1);
+    assert_eq!(f["checkpoint"], routed);
+    assert_eq!(
+        f["input_tokens"], answer["usage"]["input_tokens"],
+        "{answer}"
+    );
+    let inference = f["inference_ms"].as_f64().expect("inference_ms");
+    let header_ms: f64 = ok
+        .header("x-inference-time-ms")
+        .expect("header")
+        .parse()
+        .expect("ms");
+    assert!(
+        (inference - header_ms).abs() <= 0.01,
+        "{inference} vs {header_ms}"
+    );
+    assert!(f["total_ms"].as_f64().expect("total_ms") >= inference);
+
+    let e = by_id(&bad_id);
+    assert_eq!(e["fields"]["status"], 400);
+    assert_eq!(e["fields"]["error"], "request body must be valid JSON");
+    assert!(e["fields"].get("inference_ms").is_none());
+    let e = by_id(&busy_id);
+    assert_eq!(e["fields"]["status"], 503);
+    assert_eq!(e["fields"]["error"], "server busy, try again later");
+}
+
+/// The text format: one line naming the request's id, route and status.
+#[test]
+fn text_log_line_per_request() {
+    let _serial = serial();
+    let log = scratch("text.log");
+    let tiny = tiny_dir();
+    let mut s = Server::process_logged(&["--model", &tiny], &[("SYS1_LOG_FORMAT", "text")], &log);
+    let ok = post(&s, &[], BODY);
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let id = ok.header("x-request-id").expect("id").to_owned();
+    let missing = s.send("GET", "/nowhere", &[], None);
+    assert_eq!(missing.status, 404);
+    let missing_id = missing.header("x-request-id").expect("id").to_owned();
+    sigterm(&mut s);
+    assert!(exit_within(&mut s, Duration::from_secs(15)).success());
+    let text = std::fs::read_to_string(&log).expect("log");
+    let line = |id: &str| {
+        let found: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(&format!("request{{id={id}}}")) && l.contains(" request "))
+            .collect();
+        assert_eq!(found.len(), 1, "one line for {id}: {text}");
+        found[0].to_owned()
+    };
+    let l = line(&id);
+    assert!(l.contains("INFO"), "{l}");
+    for part in [
+        "method=POST",
+        "route=/v1/systemone",
+        "status=200",
+        "states=1",
+    ] {
+        assert!(l.contains(part), "{part} in {l}");
+    }
+    let l = line(&missing_id);
+    // The route pattern, never the client's path.
+    assert!(
+        l.contains("route=unmatched") && l.contains("status=404"),
+        "{l}"
+    );
+    assert!(!text.contains("/nowhere"), "a client's path was logged");
+}
+
+/// A sane client id is echoed on every response; a missing or unsafe one is replaced by a
+/// fresh 32-digit hex id.
+#[test]
+fn request_ids_pass_through_or_are_generated() {
+    let s = Server::tiny(&["--api-key", "k"]);
+    for (path, status) in [("/health", 200), ("/v1/systemone", 405), ("/nope", 404)] {
+        let r = s.send("GET", path, &[("x-request-id", "trace-42.a:b")], None);
+        assert_eq!(r.status, status, "{path}");
+        assert_eq!(r.header("x-request-id"), Some("trace-42.a:b"), "{path}");
+    }
+    let r = post(&s, &[("x-request-id", "unauthorized-1")], BODY);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("x-request-id"), Some("unauthorized-1"));
+
+    let long = "x".repeat(129);
+    let mut seen = Vec::new();
+    for given in [
+        None,
+        Some("has space"),
+        Some("quote\"d"),
+        Some(long.as_str()),
+    ] {
+        let headers: Vec<(&str, &str)> =
+            given.map(|g| vec![("x-request-id", g)]).unwrap_or_default();
+        let r = s.send("GET", "/health", &headers, None);
+        let id = r.header("x-request-id").expect("an id").to_owned();
+        assert_eq!(id.len(), 32, "{given:?} → {id}");
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert!(!seen.contains(&id), "ids repeat");
+        seen.push(id);
+    }
+    let longest = "y".repeat(128);
+    let r = s.send("GET", "/health", &[("x-request-id", &longest)], None);
+    assert_eq!(r.header("x-request-id"), Some(longest.as_str()));
+}
+
+/// `POST /drain`: behind the bearer; afterwards `/ready` is 503 while decisions (and
+/// `/health`) are still answered.
+#[test]
+fn drain_turns_ready_off_and_keeps_answering() {
+    let s = Server::tiny(&["--api-key", "k"]);
+    let ready = s.send("GET", "/ready", &[], None);
+    assert_eq!(
+        (ready.status, ready.text().as_str()),
+        (200, r#"{"status":"ready"}"#)
+    );
+    assert_eq!(ready.header("content-type"), Some("application/json"));
+
+    let refused = s.send("POST", "/drain", &[], None);
+    assert_eq!(refused.status, 401);
+    assert_eq!(
+        refused.text(),
+        r#"{"detail":"invalid or missing bearer token"}"#
+    );
+    assert_eq!(s.send("GET", "/ready", &[], None).status, 200);
+    assert_eq!(s.send("GET", "/drain", &[], None).status, 405);
+
+    let auth = [("authorization", "Bearer k")];
+    let drained = s.send("POST", "/drain", &auth, None);
+    assert_eq!(
+        (drained.status, drained.text().as_str()),
+        (200, r#"{"status":"draining"}"#)
+    );
+    let ready = s.send("GET", "/ready", &[], None);
+    assert_eq!(
+        (ready.status, ready.text().as_str()),
+        (503, r#"{"status":"draining"}"#)
+    );
+    let r = post(&s, &auth, BODY);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.send("GET", "/health", &[], None).status, 200);
+}
+
+/// SIGTERM with `--drain-delay`: `/ready` turns 503 at once while new requests are still
+/// answered; then the server exits 0.
+#[test]
+fn sigterm_drains_before_closing() {
+    let _serial = serial();
+    let tiny = tiny_dir();
+    let mut s = Server::process(&["--model", &tiny, "--drain-delay", "3"], &[]);
+    assert_eq!(s.send("GET", "/ready", &[], None).status, 200);
+    sigterm(&mut s);
+    let signalled = Instant::now();
+    let deadline = signalled + Duration::from_secs(2);
+    loop {
+        let r = s.send("GET", "/ready", &[], None);
+        if r.status == 503 {
+            assert_eq!(r.text(), r#"{"status":"draining"}"#);
+            break;
+        }
+        assert!(Instant::now() < deadline, "/ready still {}", r.status);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = post(&s, &[], BODY);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        signalled.elapsed() < Duration::from_secs(3),
+        "the test was too slow to check"
+    );
+    let status = exit_within(&mut s, Duration::from_secs(15));
+    assert!(status.success(), "{status:?}");
+    assert!(
+        signalled.elapsed() >= Duration::from_secs(3),
+        "exited before the drain delay"
+    );
+}
+
+/// An in-flight request that outlasts `--shutdown-grace`: the process gives up, says so and
+/// exits non-zero.
+#[test]
+fn shutdown_grace_running_out_exits_nonzero() {
+    let _serial = serial();
+    let log = scratch("grace.log");
+    let tiny = tiny_dir();
+    let mut s = Server::process_logged(
+        &[
+            "--model",
+            &tiny,
+            "--shutdown-grace",
+            "1",
+            "--body-timeout",
+            "30",
+        ],
+        &[],
+        &log,
+    );
+    let held = s.stall("/v1/systemone", &[], BODY.len(), b"{");
+    s.wait_admitted(1, None);
+    sigterm(&mut s);
+    let status = exit_within(&mut s, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("shutdown grace period ran out"), "{text}");
+    drop(held);
+}
+
+/// `--version` names the commit, the MLX release and the bundle flavor; `sys1rust health`
+/// exits 0 only on a 200.
+#[test]
+fn version_and_health_probe() {
+    let bin = env!("CARGO_BIN_EXE_sys1rust");
+    let out = Command::new(bin).arg("--version").output().expect("runs");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let prefix = format!("sys1rust {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(text.starts_with(&prefix), "{text}");
+    assert!(text.contains(", MLX 0."), "{text}");
+    assert!(
+        ["bundle cpu)", "bundle cuda13)", "bundle metal)"]
+            .iter()
+            .any(|b| text.trim_end().ends_with(b)),
+        "{text}"
+    );
+
+    let s = Server::tiny(&["--api-key", "k"]);
+    let probe = |path: &str| {
+        Command::new(bin)
+            .args(["health", "--url", &format!("http://{}{path}", s.addr)])
+            .output()
+            .expect("runs")
+    };
+    let ok = probe("/ready");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ok.stdout).trim(),
+        r#"{"status":"ready"}"#
+    );
+    assert_eq!(
+        s.send("POST", "/drain", &[("authorization", "Bearer k")], None)
+            .status,
+        200
+    );
+    let drained = probe("/ready");
+    assert_eq!(drained.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&drained.stderr).contains("503"));
+    assert!(probe("/health").status.success());
+}
+
+/// Upstream's `LAYA_LOG_LEVEL`: trimmed and lower-cased; anything but its six levels stops
+/// the process with upstream's message (api.md §12.1).
+#[test]
+fn laya_log_level_follows_upstream() {
+    let bin = env!("CARGO_BIN_EXE_sys1rust");
+    let run = |value: &str| {
+        Command::new(bin)
+            .args(["health", "--url", "http://127.0.0.1:9/"])
+            .env_remove("RUST_LOG")
+            .env("LAYA_LOG_LEVEL", value)
+            .output()
+            .expect("runs")
+    };
+    let bad = run("verbose");
+    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&bad.stderr).trim_end(),
+        "invalid LAYA_LOG_LEVEL 'verbose': must be one of critical, debug, error, info, trace, warning"
+    );
+    // Accepted levels get as far as the probe (which finds nothing on port 9).
+    for good in [" WARNING ", "critical", "", "Trace"] {
+        let out = run(good);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("invalid LAYA_LOG_LEVEL"), "{good:?}: {err}");
+    }
+}
