@@ -3,30 +3,17 @@
 #   ~/.local/share/sys1rust/<version>/   the release bundle (binary, libmlx, licenses)
 #   ~/.local/bin/sys1rust                a link to its binary
 # and, with --service, a background service: a systemd user unit on Linux, a LaunchAgent on
-# macOS, both rendered by render_service below from one set of values.
+# macOS, both rendered by render_service below from one set of values. --service downloads
+# the models the service will serve before it enables the service, so that a machine that
+# cannot reach Hugging Face fails here, with advice, instead of in a restart loop.
 #
-#   curl -fsSL https://github.com/sys1rust/sys1rust/releases/latest/download/install.sh | sh
-#   curl -fsSL https://github.com/sys1rust/sys1rust/releases/latest/download/install.sh | sh -s -- --service
-#   sh install.sh [--version X] [--service] [--uninstall]
+# --uninstall keeps ~/.config/sys1rust/env (it may hold LAYA_API_KEY) and the caches;
+# --purge, like apt-get purge, is --uninstall that also removes those. Neither deletes
+# downloaded models: they live in the Hugging Face cache, which other tools (upstream laya in
+# Python, huggingface_hub) share; the uninstaller prints where they are.
 #
-# Options:
-#   --version X      install release X (default: the latest)
-#   --service        also install and (re)start the background service (`sys1rust serve`,
-#                    options in ~/.config/sys1rust/env)
-#   --uninstall      remove the service, the install and the link; keep downloaded models
-#   --print-service systemd|launchd
-#                    print the service file this installer would write, and exit
-# Environment:
-#   SYS1_VERSION     same as --version
-#   SYS1_VARIANT     Linux x86-64 build: cpu or cuda13 (default: cuda13 when an NVIDIA
-#                    driver >= 580 is present, else cpu)
-#   SYS1_BASE_URL    where releases live (default https://github.com/sys1rust/sys1rust/releases):
-#                    release X is <base>/download/vX/<file>; the latest one's SHA256SUMS is
-#                    <base>/latest/download/SHA256SUMS (GitHub redirects it; a static server
-#                    can hold a copy there), and the version is read from the tarball it names.
-#
-# Running it again installs the requested (or latest) release, removes the others and restarts
-# a running service. It prints little on success and exits non-zero with a reason on failure.
+# The help text is a heredoc in usage(), not these comments, because under
+# `curl ... | sh -s -- --help` there is no file to read them from.
 set -eu
 
 repo_url=https://github.com/sys1rust/sys1rust
@@ -35,6 +22,7 @@ base_url=${base_url%/}
 version=${SYS1_VERSION:-}
 action=install
 service=0
+purge=0
 label=io.github.sys1rust
 unit_name=sys1rust.service
 # The NVIDIA libraries the mlx-cuda-13 wheel requires (its Requires-Dist), quoted for a shell.
@@ -47,7 +35,45 @@ die() {
   exit 1
 }
 
-usage() { sed -n '2,/^set -eu/{/^set -eu/d;s/^# \{0,1\}//;p;}' "$0" 2>/dev/null || say "see $repo_url"; }
+usage() {
+  cat <<EOF
+Installs sys1rust for the current user (no sudo) in ~/.local/share/sys1rust, linked from
+~/.local/bin/sys1rust, and optionally runs it as a background service.
+
+  curl -fsSL $repo_url/releases/latest/download/install.sh | sh
+  curl -fsSL $repo_url/releases/latest/download/install.sh | sh -s -- --service
+  sh install.sh [--version X] [--service] [--uninstall | --purge]
+
+Options:
+  --version X      install release X (default: the latest)
+  --service        also install and (re)start the background service (\`sys1rust serve\`,
+                   options in ~/.config/sys1rust/env). It first downloads the models the
+                   service serves (\`sys1rust pull\`, SYS1_MODEL in that file picks one) and
+                   stops with advice if it cannot.
+  --uninstall      remove the service, the install and the link; keep the options file
+                   ~/.config/sys1rust/env (it may hold LAYA_API_KEY), the compiled-kernel
+                   cache and downloaded models
+  --purge          --uninstall (implied), and also remove the options file and the
+                   compiled-kernel cache (~/.cache/sys1rust). Downloaded models stay even
+                   then: they are in the Hugging Face cache, shared with other tools; the
+                   uninstaller prints where they are and the command that deletes them.
+  --print-service systemd|launchd
+                   print the service file this installer would write, and exit
+  -h, --help       print this help
+
+Environment:
+  SYS1_VERSION     same as --version
+  SYS1_VARIANT     Linux x86-64 build: cpu or cuda13 (default: cuda13 when an NVIDIA
+                   driver >= 580 is present, else cpu)
+  SYS1_BASE_URL    where releases live (default $repo_url/releases):
+                   release X is <base>/download/vX/<file>; the latest one's SHA256SUMS is
+                   <base>/latest/download/SHA256SUMS (GitHub redirects it; a static server
+                   can hold a copy there), and the version is read from the tarball it names.
+
+Running it again installs the requested (or latest) release, removes the others and restarts
+a running service. It prints little on success and exits non-zero with a reason on failure.
+EOF
+}
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -59,6 +85,7 @@ while [ $# -gt 0 ]; do
     --version=*) version=${1#*=} && shift ;;
     --service) service=1 && shift ;;
     --uninstall) action=uninstall && shift ;;
+    --purge) action=uninstall purge=1 && shift ;;
     --print-service)
       [ $# -ge 2 ] || die "--print-service needs systemd or launchd"
       action=print-service print_kind=$2
@@ -83,6 +110,9 @@ unit_dir=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user
 unit=$unit_dir/$unit_name
 plist=$HOME/Library/LaunchAgents/$label.plist
 log_file=$HOME/Library/Logs/sys1rust.log
+# Where serve keeps compiled GPU kernels by default (MLX's in mlx/, the CUDA engine's in
+# kernels/): see --kernel-cache in 'sys1rust serve --help'.
+kernel_cache=${XDG_CACHE_HOME:-$HOME/.cache}/sys1rust
 
 # --- the service: one set of values, rendered as a systemd unit or a LaunchAgent -----------
 
@@ -94,18 +124,35 @@ render_service() {
   description="sys1rust: Laya System 1 decision models over HTTP"
   program=$link # the stable link, so an update needs no new service file
   command=serve # options come from the environment file (see 'sys1rust serve --help')
-  restart_delay=5
+  # Restarts are paced and, on systemd, limited: a server that cannot start (a model it cannot
+  # download, a bad option) gives up after about a minute and a half instead of retrying
+  # forever. A crash now and then stays under the limit and is restarted.
+  restart_delay=10
+  start_limit_burst=10
+  start_limit_interval=300
   case $1 in
     systemd)
       case $HOME in
         *[[:space:]\"\\]*) die "a systemd unit cannot use this HOME ($HOME): it has spaces, quotes or backslashes" ;;
       esac
+      # network-online.target is a system unit and user managers have none (systemd.special(7)),
+      # so Wants=/After= order the service only where the user instance was given one (a bridge
+      # from the system target) and are a no-op elsewhere, which systemd-analyze verify
+      # accepts. A boot without the network is covered otherwise: --service has downloaded the
+      # models, and serve starts from that cache without the network; the paced, limited
+      # restarts cover a model that is not in it.
       cat <<EOF
 # Written by the sys1rust installer ($repo_url); running it again rewrites this file.
 # Options: NAME=value lines in $env_file. Logs: journalctl --user -u sys1rust
+# After $start_limit_burst failed starts in $start_limit_interval s systemd stops restarting it; start it again with
+#   systemctl --user reset-failed sys1rust && systemctl --user start sys1rust
 [Unit]
 Description=$description
 Documentation=$repo_url
+Wants=network-online.target
+After=network-online.target
+StartLimitIntervalSec=$start_limit_interval
+StartLimitBurst=$start_limit_burst
 
 [Service]
 Type=simple
@@ -184,6 +231,37 @@ write_service_file() {
   mv -f "$2.tmp.$$" "$2"
 }
 
+# Runs `sys1rust pull` for what the service will serve, reading its options file the way the
+# LaunchAgent does (sh, exported), from HOME as a user unit's working directory, so that the
+# same SYS1_MODEL, LAYA_MODELS, HF_* and proxy settings apply. Its progress goes to stderr.
+pull_models() {
+  say "Downloading the models the service serves (sys1rust pull; options in $env_file)"
+  if (
+    cd "$HOME"
+    if [ -f "$env_file" ]; then
+      set -a
+      # shellcheck disable=SC1090 # the user's options file
+      . "$env_file"
+      set +a
+    fi
+    set -- pull
+    if [ -n "${SYS1_MODEL:-}" ]; then set -- "$@" "$SYS1_MODEL"; fi
+    if [ -n "${SYS1_REVISION:-}" ]; then set -- "$@" --revision "$SYS1_REVISION"; fi
+    exec "$link" "$@"
+  ); then
+    return 0
+  fi
+  {
+    say "sys1rust install: error: could not download the models the service serves (the reason is above),"
+    say "so the service was not installed or restarted; sys1rust itself is installed. To retry:"
+    say "  run this again with --service (a download resumes where it stopped);"
+    say "  behind a mirror or a proxy, set HF_ENDPOINT or HTTPS_PROXY in $env_file;"
+    say "  without internet access, copy a Hugging Face cache that 'sys1rust pull' filled elsewhere"
+    say "  and set HF_HUB_OFFLINE=1 in $env_file, or set SYS1_MODEL there to a checkpoint directory."
+  } >&2
+  exit 1
+}
+
 systemd_user_ok() { command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1; }
 
 # Installs (or rewrites) and (re)starts the service; with $1 = update, only rewrites the file
@@ -202,9 +280,12 @@ service_apply() {
       fi
       systemd_user_ok || die "--service needs a systemd user manager, and 'systemctl --user' cannot reach one here (log in through a regular session such as ssh or a console, or set XDG_RUNTIME_DIR=/run/user/$(id -u))"
       write_env_file
+      pull_models
       write_service_file systemd "$unit"
       systemctl --user daemon-reload
       systemctl --user enable --quiet "$unit_name"
+      # A unit that hit its start limit refuses even a manual start until this.
+      systemctl --user reset-failed "$unit_name" 2>/dev/null || true
       systemctl --user restart "$unit_name"
       say "Service started: systemctl --user status sys1rust; logs: journalctl --user -u sys1rust -f"
       say "Options: $env_file. To keep it running after you log out: loginctl enable-linger $(id -un)"
@@ -220,6 +301,7 @@ service_apply() {
         return 0
       fi
       write_env_file
+      pull_models
       mkdir -p "$(dirname "$log_file")"
       write_service_file launchd "$plist"
       launchctl bootout "$domain/$label" >/dev/null 2>&1 || true
@@ -386,6 +468,19 @@ install_release() {
   [ "$actual" = "$expected" ] ||
     die "$tarball does not match SHA256SUMS (expected $expected, got $actual): refusing to install it"
 
+  # The release being replaced, read before it goes: its VERSION file, else its directory name.
+  previous=
+  if [ -L "$link" ]; then
+    case $(readlink "$link") in
+      "$data_dir"/*/bin/sys1rust)
+        old_dir=$(readlink "$link")
+        old_dir=${old_dir%/bin/sys1rust}
+        if [ -f "$old_dir/VERSION" ]; then previous=$(head -n 1 "$old_dir/VERSION"); fi
+        if [ -z "$previous" ] && [ -d "$old_dir" ]; then previous=${old_dir##*/}; fi
+        ;;
+    esac
+  fi
+
   # Unpack beside the final place, then swap it in (an install that cannot start yet stays, so
   # that the libraries it lacks can be added; see missing_requirements_hint).
   mkdir -p "$data_dir"
@@ -417,13 +512,20 @@ install_release() {
     esac
   done
 
+  if [ -z "$previous" ]; then
+    outcome="Installed sys1rust $version"
+  elif [ "$previous" = "$version" ]; then
+    outcome="Reinstalled sys1rust $version"
+  else
+    outcome="Updated sys1rust from $previous to $version"
+  fi
   if ! "$dest/bin/sys1rust" --version >"$tmp/version.out" 2>&1; then
-    say "Installed sys1rust $version ($platform) in $dest, but it cannot start:"
+    say "$outcome ($platform) in $dest, but it cannot start:"
     sed 's/^/  /' "$tmp/version.out"
     missing_requirements_hint
     exit 1
   fi
-  say "Installed sys1rust $version ($platform) in $dest"
+  say "$outcome ($platform) in $dest"
 
   case ":${PATH:-}:" in
     *":$bin_dir:"* | *":$bin_dir/:"*)
@@ -449,8 +551,28 @@ install_release() {
   fi
 }
 
+# Prints the value of $1 as the service sees it: its options file over the environment.
+service_setting() {
+  (
+    if [ -f "$env_file" ]; then
+      set -a
+      # shellcheck disable=SC1090 # the user's options file
+      . "$env_file" >/dev/null 2>&1
+    fi
+    eval "printf '%s' \"\${$1:-}\""
+  ) || true
+}
+
 uninstall() {
   os=$(uname -s)
+  # Read before --purge deletes the options file that may set them.
+  hf_home=$(service_setting HF_HOME)
+  hf_home=${hf_home:-${XDG_CACHE_HOME:-$HOME/.cache}/huggingface}
+  models=$(service_setting HF_HUB_CACHE)
+  [ -n "$models" ] || models=$(service_setting HUGGINGFACE_HUB_CACHE)
+  models=${models:-$hf_home/hub}
+  own_kernel_cache=$(service_setting SYS1_KERNEL_CACHE)
+
   service_remove
   if [ -L "$link" ]; then
     case $(readlink "$link") in
@@ -458,15 +580,31 @@ uninstall() {
       *) warn "left $link alone: it does not point into $data_dir" ;;
     esac
   fi
-  rm -rf "$data_dir" "$config_dir"
-  say "Uninstalled sys1rust."
-  # Where sys1rust (like huggingface_hub) keeps downloaded models.
-  hf_home=${HF_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/huggingface}
-  cache=${HF_HUB_CACHE:-${HUGGINGFACE_HUB_CACHE:-$hf_home/hub}}
-  for model in "$cache"/models--convaiinnovations--laya*; do
+  rm -rf "$data_dir"
+  if [ "$purge" = 1 ]; then
+    say "Uninstalled sys1rust."
+    if [ -f "$env_file" ]; then say "Deleted the service's options file $env_file."; fi
+    if [ -d "$kernel_cache" ]; then say "Deleted the compiled-kernel cache $kernel_cache."; fi
+    rm -rf "$config_dir" "$kernel_cache"
+    if [ -n "$own_kernel_cache" ]; then
+      say "The options file set SYS1_KERNEL_CACHE=$own_kernel_cache: left alone; delete it yourself if nothing else uses it."
+    fi
+  else
+    # The options file stays: it may hold LAYA_API_KEY, and a later install reuses it.
+    rmdir "$config_dir" 2>/dev/null || true
+    say "Uninstalled sys1rust."
+    if [ -f "$env_file" ]; then
+      say "Kept the service's options file $env_file (it may hold LAYA_API_KEY); --purge deletes it."
+    fi
+    if [ -d "$kernel_cache" ]; then
+      say "Kept the compiled-kernel cache $kernel_cache; --purge deletes it."
+    fi
+  fi
+  # sys1rust keeps models where huggingface_hub does, so other tools may use them too.
+  for model in "$models"/models--convaiinnovations--laya*; do
     if [ -d "$model" ]; then
-      say "Downloaded models were kept in $cache; to delete them too:"
-      say "  rm -rf $cache/models--convaiinnovations--laya*"
+      say "Downloaded models were kept in $models; to delete them too:"
+      say "  rm -rf $models/models--convaiinnovations--laya*"
       break
     fi
   done

@@ -111,6 +111,28 @@ fn service_files_are_valid() {
         !unit.contains("StandardOutput"),
         "the unit logs to the journal, systemd's default"
     );
+    // systemd reads the network ordering and the start limit from [Unit] only (the start
+    // limit's [Service] spelling is a deprecated one).
+    let unit_section: Vec<&str> = unit
+        .lines()
+        .skip_while(|l| *l != "[Unit]")
+        .take_while(|l| *l != "[Service]")
+        .collect();
+    for line in [
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "StartLimitIntervalSec=300",
+        "StartLimitBurst=10",
+    ] {
+        assert!(
+            unit_section.contains(&line),
+            "[Unit] lacks {line:?}:\n{unit}"
+        );
+    }
+    assert!(
+        unit.lines().any(|l| l == "RestartSec=10"),
+        "restarts are not paced:\n{unit}"
+    );
     let plist = rendered_service(&home, "launchd");
     for needle in [
         "<key>KeepAlive</key>".to_owned(),
@@ -172,6 +194,52 @@ fn service_files_are_valid() {
         cmd.arg(&plist_path).output().expect("the checker runs"),
         tool,
     );
+}
+
+/// `--help` is a heredoc, so it also works when the script is read from stdin, as in
+/// `curl ... | sh -s -- --help`, where there is no file to read comments from.
+#[test]
+fn help_works_from_stdin() {
+    let script = repo().join("install.sh");
+    let from_file = check(
+        Command::new("sh")
+            .arg(&script)
+            .arg("--help")
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .output()
+            .expect("sh runs"),
+        "sh install.sh --help",
+    );
+    let help = text(&from_file.stdout);
+    for needle in [
+        "--version X",
+        "--service",
+        "--uninstall",
+        "--purge",
+        "--print-service systemd|launchd",
+        "SYS1_BASE_URL",
+        "LAYA_API_KEY",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+    let mut shells = vec!["sh"];
+    if have("dash") {
+        shells.push("dash");
+    }
+    for shell in shells {
+        let out = check(
+            Command::new(shell)
+                .args(["-s", "--", "--help"])
+                .stdin(std::fs::File::open(&script).expect("install.sh"))
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .output()
+                .expect("the shell runs"),
+            &format!("{shell} -s -- --help < install.sh"),
+        );
+        assert_eq!(text(&out.stdout), help, "{shell} -s -- --help < install.sh");
+    }
 }
 
 #[test]
@@ -437,6 +505,25 @@ mod linux {
             self.home.join(".local/bin/sys1rust")
         }
 
+        fn env_file(&self) -> PathBuf {
+            self.home.join(".config/sys1rust/env")
+        }
+
+        /// Writes the service's options file before install.sh would write its template.
+        fn write_env(&self, body: &str) {
+            let env = self.env_file();
+            std::fs::create_dir_all(env.parent().unwrap()).unwrap();
+            std::fs::write(env, body).unwrap();
+        }
+
+        /// An options file whose service serves the tiny fixture checkpoint, so that the
+        /// `sys1rust pull` of `--service` needs no network.
+        fn serve_fixture(&self) -> PathBuf {
+            let model = crate::support::checkpoint("tiny");
+            self.write_env(&format!("SYS1_MODEL=\"{}\"\n", model.display()));
+            model
+        }
+
         /// The names in ~/.local/share/sys1rust.
         fn installed(&self) -> Vec<String> {
             let mut names: Vec<String> = std::fs::read_dir(self.data())
@@ -597,7 +684,11 @@ mod linux {
                 .unwrap(),
             "--version",
         );
-        assert_eq!(text(&out.stdout).trim(), format!("sys1rust {VERSION}"));
+        assert!(
+            text(&out.stdout).starts_with(&format!("sys1rust {VERSION} (commit ")),
+            "{}",
+            text(&out.stdout)
+        );
         serve_tiny(
             &root.join("bin/sys1rust"),
             &elsewhere,
@@ -605,8 +696,9 @@ mod linux {
         );
     }
 
-    /// Install with the service, serve from the install, update through `latest` with wget
-    /// (restarting the service), uninstall: the models stay, nothing else does.
+    /// Install with the service (its model pulled first), serve from the install, update
+    /// through `latest` with wget (restarting the service), uninstall: the models and the
+    /// options file stay, nothing else does.
     #[test]
     fn install_update_uninstall() {
         let h = Home::new("install");
@@ -615,6 +707,7 @@ mod linux {
         );
         std::fs::create_dir_all(model.parent().unwrap()).unwrap();
         std::fs::write(&model, "weights").unwrap();
+        let fixture = h.serve_fixture();
 
         // 1. A named release, with the service.
         let out = check(
@@ -634,7 +727,19 @@ mod linux {
             stdout.contains("Add ") && stdout.contains("export PATH=\"$HOME/.local/bin:$PATH\""),
             "no PATH hint:\n{stdout}"
         );
-        assert!(out.stderr.is_empty(), "stderr: {}", text(&out.stderr));
+        // `sys1rust pull` ran with the options file's SYS1_MODEL and printed where it is.
+        assert!(
+            stdout.contains("Downloading the models the service serves")
+                && stdout.contains(&fixture.display().to_string()),
+            "no pull of {}:\n{stdout}",
+            fixture.display()
+        );
+        // The pull's own output may use stderr; install.sh itself warns of nothing.
+        assert!(
+            !text(&out.stderr).contains("sys1rust install:"),
+            "stderr: {}",
+            text(&out.stderr)
+        );
         assert_eq!(
             std::fs::read_link(h.link()).unwrap(),
             dest.join("bin/sys1rust")
@@ -644,13 +749,14 @@ mod linux {
             std::fs::read_to_string(&unit).unwrap(),
             rendered_service(&h.home, "systemd")
         );
-        assert!(h.home.join(".config/sys1rust/env").is_file());
+        assert!(h.env_file().is_file());
         assert_eq!(
             h.log("systemctl"),
             [
                 "--user show-environment",
                 "--user daemon-reload",
                 "--user enable --quiet sys1rust.service",
+                "--user reset-failed sys1rust.service",
                 "--user restart sys1rust.service"
             ]
         );
@@ -662,7 +768,11 @@ mod linux {
                 .unwrap(),
             "sys1rust --version",
         );
-        assert_eq!(text(&out.stdout).trim(), format!("sys1rust {VERSION}"));
+        assert!(
+            text(&out.stdout).starts_with(&format!("sys1rust {VERSION} (commit ")),
+            "{}",
+            text(&out.stdout)
+        );
         serve_tiny(&h.link(), &h.home, &dest.join("lib/mlx/lib"));
 
         // 2. Again, for the latest release (a redirect), downloading with wget: it replaces the
@@ -674,7 +784,9 @@ mod linux {
                 "install.sh (update, wget)",
             );
             assert!(
-                text(&out.stdout).contains("Installed sys1rust 9.0.1"),
+                text(&out.stdout).contains(&format!(
+                    "Updated sys1rust from {VERSION} to 9.0.1 ({PLATFORM})"
+                )),
                 "{}",
                 text(&out.stdout)
             );
@@ -703,14 +815,21 @@ mod linux {
             eprintln!("wget is not installed: the update uses curl");
         }
         // ... and again with curl: idempotent.
-        check(h.install(&[], None), "install.sh (update)");
+        let out = check(h.install(&[], None), "install.sh (update)");
+        if have("wget") {
+            assert!(
+                text(&out.stdout).contains(&format!("Reinstalled sys1rust 9.0.1 ({PLATFORM})")),
+                "{}",
+                text(&out.stdout)
+            );
+        }
         assert_eq!(h.installed(), ["9.0.1"]);
         assert_eq!(
             std::fs::read_link(h.link()).unwrap(),
             h.data().join("9.0.1/bin/sys1rust")
         );
 
-        // 3. Uninstall.
+        // 3. Uninstall: the options file (it may hold LAYA_API_KEY) stays, and it says so.
         h.clear_log("systemctl");
         let out = check(h.install(&["--uninstall"], None), "install.sh --uninstall");
         let stdout = text(&out.stdout);
@@ -722,9 +841,19 @@ mod linux {
             )),
             "{stdout}"
         );
+        assert!(
+            stdout.contains(&format!(
+                "Kept the service's options file {}",
+                h.env_file().display()
+            )),
+            "{stdout}"
+        );
         assert_eq!(
             h.files(),
-            [model.strip_prefix(&h.home).unwrap().display().to_string()]
+            [
+                model.strip_prefix(&h.home).unwrap().display().to_string(),
+                ".config/sys1rust/env".to_owned()
+            ]
         );
         assert_eq!(
             h.log("systemctl")[1],
@@ -792,10 +921,12 @@ mod linux {
     }
 
     /// The macOS path, with `uname` saying Darwin arm64 and a stand-in `launchctl`: the
-    /// LaunchAgent is written, bootstrapped, kicked on an update and booted out on uninstall.
+    /// LaunchAgent is written, bootstrapped, kicked on an update and booted out on uninstall,
+    /// which keeps the options file.
     #[test]
     fn macos_launch_agent() {
         let h = Home::new("macos");
+        h.serve_fixture();
         let mac = h.dir.join("mac");
         std::fs::create_dir_all(&mac).unwrap();
         write_script(
@@ -845,6 +976,133 @@ mod linux {
             h.install_with(&["--uninstall"], Some(&before_system(&mac)), None),
             "install.sh --uninstall (macOS)",
         );
-        assert_eq!(h.files(), Vec::<String>::new());
+        assert_eq!(h.files(), [".config/sys1rust/env"]);
+    }
+
+    /// `--service` pulls the service's model before it writes or enables anything: when that
+    /// fails (here: offline, and the model is not cached) install.sh says why and how to retry,
+    /// the binary stays installed and no unit is written; with a model it can get, the retry
+    /// installs the service.
+    #[test]
+    fn service_needs_its_model_first() {
+        let h = Home::new("no-model");
+        h.write_env("SYS1_MODEL=typed-decisions\nHF_HUB_OFFLINE=1\n");
+        let out = h.install(&["--version", VERSION, "--service"], None);
+        let stderr = text(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "installed a service without its model"
+        );
+        for needle in [
+            "is not in the cache",
+            "could not download the models the service serves",
+            "run this again with --service",
+            "HF_ENDPOINT",
+            "HF_HUB_OFFLINE=1",
+        ] {
+            assert!(
+                stderr.contains(needle),
+                "stderr lacks {needle:?}:\n{stderr}"
+            );
+        }
+        let unit = h.home.join(".config/systemd/user/sys1rust.service");
+        assert!(!unit.exists(), "a unit was written");
+        assert_eq!(h.log("systemctl"), ["--user show-environment"]);
+        assert_eq!(
+            std::fs::read_link(h.link()).unwrap(),
+            h.data().join(VERSION).join("bin/sys1rust")
+        );
+
+        h.clear_log("systemctl");
+        h.serve_fixture();
+        let out = check(
+            h.install(&["--version", VERSION, "--service"], None),
+            "install.sh --service (retry)",
+        );
+        assert!(
+            text(&out.stdout).contains(&format!("Reinstalled sys1rust {VERSION} ({PLATFORM})")),
+            "{}",
+            text(&out.stdout)
+        );
+        assert!(unit.is_file());
+        assert!(h
+            .log("systemctl")
+            .contains(&"--user enable --quiet sys1rust.service".to_owned()));
+    }
+
+    /// `--uninstall` keeps the options file and the kernel cache and says where they are;
+    /// `--purge` (an uninstall too) removes both. Downloaded models stay either way.
+    #[test]
+    fn uninstall_keeps_options_purge_removes_them() {
+        let h = Home::new("purge");
+        let model = h.home.join(
+            ".cache/huggingface/hub/models--convaiinnovations--laya-typed-decisions/blobs/0123",
+        );
+        std::fs::create_dir_all(model.parent().unwrap()).unwrap();
+        std::fs::write(&model, "weights").unwrap();
+        let kernels = h.home.join(".cache/sys1rust/kernels/laya-cuda-0.cubin");
+        std::fs::create_dir_all(kernels.parent().unwrap()).unwrap();
+        std::fs::write(&kernels, "cubin").unwrap();
+        h.write_env("LAYA_API_KEY=a-long-secret\n");
+        check(h.install(&["--version", VERSION], None), "install.sh");
+
+        let out = check(h.install(&["--uninstall"], None), "install.sh --uninstall");
+        let stdout = text(&out.stdout);
+        for needle in [
+            format!("Kept the service's options file {}", h.env_file().display()),
+            format!(
+                "Kept the compiled-kernel cache {}",
+                h.home.join(".cache/sys1rust").display()
+            ),
+            "--purge deletes it".to_owned(),
+        ] {
+            assert!(stdout.contains(&needle), "no {needle:?}:\n{stdout}");
+        }
+        assert_eq!(
+            h.files(),
+            [
+                model.strip_prefix(&h.home).unwrap().display().to_string(),
+                ".cache/sys1rust/kernels/laya-cuda-0.cubin".to_owned(),
+                ".config/sys1rust/env".to_owned()
+            ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(h.env_file()).unwrap(),
+            "LAYA_API_KEY=a-long-secret\n"
+        );
+
+        // --purge alone, after the uninstall, removes what it kept.
+        let out = check(h.install(&["--purge"], None), "install.sh --purge");
+        let stdout = text(&out.stdout);
+        for needle in [
+            format!(
+                "Deleted the service's options file {}",
+                h.env_file().display()
+            ),
+            format!(
+                "Deleted the compiled-kernel cache {}",
+                h.home.join(".cache/sys1rust").display()
+            ),
+            format!(
+                "rm -rf {}/models--convaiinnovations--laya*",
+                h.home.join(".cache/huggingface/hub").display()
+            ),
+        ] {
+            assert!(stdout.contains(&needle), "no {needle:?}:\n{stdout}");
+        }
+        assert_eq!(
+            h.files(),
+            [model.strip_prefix(&h.home).unwrap().display().to_string()]
+        );
+
+        // --purge on an install removes the install too.
+        h.write_env("LAYA_API_KEY=a-long-secret\n");
+        check(h.install(&["--version", VERSION], None), "install.sh");
+        check(h.install(&["--purge"], None), "install.sh --purge");
+        assert_eq!(
+            h.files(),
+            [model.strip_prefix(&h.home).unwrap().display().to_string()]
+        );
+        assert!(!h.data().exists());
     }
 }
