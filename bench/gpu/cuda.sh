@@ -1,0 +1,262 @@
+#!/usr/bin/env bash
+# The CUDA engine's harness on the GPU machine, from the repository root, over what
+# bench/gpu/carry-cuda.sh staged in .carry/cuda (binaries built against the CPU MLX wheel:
+# `--engine cuda` needs no MLX GPU backend). Phases run in the order given, e.g.
+#
+#   bench/gpu/cuda.sh setup checkpoint tests shutdowns engine served upstream parity
+#
+#   setup       unpack into $STAGE (default /tmp/sys1cuda), install upstream's wheel
+#   checkpoint  the `large` random checkpoint (seed 4242) in $STAGE/large
+#   tests       laya-cuda's GPU tests: fixture references in f16, determinism, graphs, and
+#               every request bit-identical alone and among random batch mates (large too)
+#   replay      the fixture references over the served app on the CUDA engine (f16 rule), and
+#               the router's references with the three fixture checkpoints (SYS1_ROUTER_F16)
+#   shutdowns   SHUTDOWNS (50) SIGTERM shutdowns of `serve --engine cuda`, idle and with
+#               requests in flight: every one must exit 0 with every request answered
+#   engine      `sys1rust bench --engine cuda` in-process: the 12 sizes, RUNS runs each
+#   served      `serve --engine cuda` over HTTP: answers of smoke (for parity), the 12 sizes,
+#               then wrk (carried) for WRK_SECONDS: s32_q1 at 16 clients (defaults), s32_q1 at
+#               64 clients (--max-concurrent 64), s512_q10 at 16 clients; and the same with
+#               --batch-tokens 0 (one request a pass) for comparison
+#   variants    `engine` and the served load with the GEMM algorithms picked at each of
+#               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS)
+#   router      GPU memory with three `large` resident, the latency of a reload after eviction
+#   upstream    upstream laya 0.4.15 in-process: cpu-f32 answers (the parity reference),
+#               cuda-stock, then cuda-compile within what is left of CALL_LIMIT
+#   parity      every contender's answers against upstream cpu-f32
+#
+# Results go to $STAGE/res and are packed into $OUT/res.tar.gz after every phase.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit
+ROOT=$(pwd)
+STAGE=${STAGE:-/tmp/sys1cuda}
+RES=$STAGE/res
+OUT=${OUT:-$ROOT/target/gpu-out}
+RUNS=${RUNS:-50}
+WARMUP=${WARMUP:-5}
+WRK_SECONDS=${WRK_SECONDS:-10}
+SHUTDOWNS=${SHUTDOWNS:-50}
+CALL_LIMIT=${CALL_LIMIT:-570}
+SHAPES=${SHAPES:-s64_q1,s64_q4,s64_q10,s128_q1,s128_q4,s128_q10,s256_q1,s256_q4,s256_q10,s512_q1,s512_q4,s512_q10}
+FIX=$ROOT/crates/laya-fixtures/data
+SMOKE=$FIX/workloads/smoke.jsonl
+SHORT=$FIX/workloads/short.jsonl
+CKPT=$STAGE/large
+SYS1=$STAGE/bin/sys1rust
+mkdir -p "$STAGE" "$RES" "$OUT"
+export LD_LIBRARY_PATH=$STAGE/lib:$STAGE/wrk:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONPATH=$STAGE/py${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export SYS1_FIXTURES=$FIX
+
+say() { printf '[cuda.sh %(%H:%M:%S)T +%ss] %s\n' -1 "$SECONDS" "$*" >&2; }
+pack() { tar -C "$STAGE" -czf "$OUT/res.tar.gz" res 2>/dev/null; }
+
+phase_setup() {
+  if [ ! -x "$SYS1" ]; then
+    tar -C "$STAGE" -xJf "$ROOT/.carry/cuda/bundle.tar.xz" || { say "no bundle"; exit 3; }
+  fi
+  # The test binaries start the server at the path baked in when they were built.
+  local baked
+  baked=$(cat "$STAGE/bin/sys1rust.bin-path")
+  [ -e "$baked" ] || { mkdir -p "$(dirname "$baked")" && ln -sf "$SYS1" "$baked"; }
+  if [ ! -d "$STAGE/py/laya" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$STAGE/py" \
+      "$STAGE"/whl/laya-*.whl
+  fi
+  {
+    date -u +%FT%TZ
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+    nproc; free -g | head -2; uname -r
+    python3 -c 'import torch; print("torch", torch.__version__)'
+    ldd "$SYS1" | grep -E 'not found|mlx'
+    "$SYS1" --version
+  } > "$RES/machine.txt" 2>&1
+  cat "$RES/machine.txt" >&2
+}
+
+phase_checkpoint() {
+  if [ ! -f "$CKPT/model.safetensors" ]; then
+    "$STAGE/bin/make-checkpoint" --preset large --seed 4242 --out "$CKPT" --configs "$FIX" \
+      > "$RES/checkpoint.json" || say "checkpoint failed"
+  fi
+  sha256sum "$CKPT/model.safetensors" > "$RES/checkpoint.sha256"
+}
+
+phase_tests() {
+  say "laya-cuda GPU tests"
+  LAYA_CUDA_LARGE=$CKPT timeout -k 5 300 "$STAGE/bin/cuda-tests" --nocapture --test-threads 1 \
+    > "$RES/cuda-tests.log" 2>&1
+  say "cuda tests rc $?"
+  grep -E "^test |running on|skipped|cuda f16|compositions|passes;|panicked|error" "$RES/cuda-tests.log" | head -n 40 >&2
+  pack
+}
+
+phase_replay() {
+  say "replay: fixture references served on the CUDA engine"
+  timeout -k 5 200 "$STAGE/bin/sys1rust-tests" --exact replay::replay_f16_within_tolerance --nocapture \
+    > "$RES/replay-f16.log" 2>&1
+  say "replay rc $?"
+  tail -n 4 "$RES/replay-f16.log" >&2
+  say "router references on the GPU"
+  SYS1_ROUTER_F16=1 timeout -k 5 200 "$STAGE/bin/sys1rust-tests" \
+    --exact router::every_router_configuration_answers_as_upstream --nocapture > "$RES/router-f16.log" 2>&1
+  say "router rc $?"
+  grep -E "router |test result|panicked" "$RES/router-f16.log" | head -n 12 >&2
+  pack
+}
+
+phase_shutdowns() {
+  say "$SHUTDOWNS shutdowns"
+  timeout -k 5 400 python3 "$ROOT/bench/gpu/shutdowns.py" --count "$SHUTDOWNS" \
+    --cmd "$SYS1 serve --model $FIX/checkpoints/tiny --engine cuda --port 0 --kernel-cache $STAGE/kc-tiny" \
+    > "$RES/shutdowns.json" 2> "$RES/shutdowns.log"
+  say "shutdowns rc $?"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("exit codes", d["exit_codes"], "all ok", d["all_exit_0_and_answered"], "max exit s", d["max_exit_s"])' \
+    "$RES/shutdowns.json" >&2
+  pack
+}
+
+phase_engine() {
+  say "in-process bench"
+  timeout -k 5 200 "$SYS1" bench --model "$CKPT" --engine cuda --workload "$SMOKE" --shapes "$SHAPES" \
+    --runs "$RUNS" --warmup "$WARMUP" > "$RES/sys1rust-cuda-inproc.json" 2> "$RES/sys1rust-cuda-inproc.log"
+  say "in-process rc $?"
+  pack
+}
+
+wrk_run() { # name bodies clients
+  local name=$1 bodies=$2 clients=$3 threads=8
+  [ "$clients" -lt $threads ] && threads=$clients
+  WRK_BODIES=$bodies timeout -k 5 $((WRK_SECONDS + 30)) "$STAGE/wrk/wrk" -t "$threads" -c "$clients" \
+    -d "${WRK_SECONDS}s" --timeout 30s -s "$ROOT/bench/gpu/wrk.lua" "http://$ADDR" 2>&1 |
+    tail -n 1 > "$RES/wrk-$name.json"
+  say "wrk $name: $(cat "$RES/wrk-$name.json")"
+}
+
+# Request bodies of one shape of a workload, one per line.
+bodies() { # workload prefix out
+  python3 - "$@" <<'EOF'
+import json, sys
+src, prefix, out = sys.argv[1:]
+with open(out, "w") as f:
+    for line in open(src, encoding="utf-8"):
+        c = json.loads(line)
+        if c["id"].startswith(prefix + "_") and "body" in c:
+            f.write(json.dumps(c["body"], ensure_ascii=False) + "\n")
+EOF
+}
+
+# Starts `serve --engine cuda` on the large checkpoint in the background: SERVE_PID, ADDR.
+serve_bg() { # label extra-args...
+  local label=$1; shift
+  rm -f "$STAGE/ready-$label"
+  "$SYS1" serve --model "$CKPT" --engine cuda --port 0 "$@" > "$STAGE/ready-$label" 2> "$RES/serve-$label.log" &
+  SERVE_PID=$!
+  for _ in $(seq 1 600); do [ -s "$STAGE/ready-$label" ] && break; sleep 0.1; done
+  ADDR=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["address"])' "$STAGE/ready-$label")
+}
+
+stop_bg() {
+  kill -TERM "$SERVE_PID" 2>/dev/null
+  wait "$SERVE_PID"
+  say "server exited $?"
+}
+
+phase_served() {
+  bodies "$SHORT" s32_q1 "$STAGE/s32_q1.jsonl"
+  bodies "$SMOKE" s512_q10 "$STAGE/s512_q10.jsonl"
+  say "served: answers and the 12 sizes"
+  timeout -k 5 240 python3 "$ROOT/bench/gpu/served.py" --name sys1rust-cuda-http \
+    --cmd "$SYS1 serve --model $CKPT --engine cuda --port 0" --workload "$SMOKE" \
+    --answers "$RES/answers-sys1rust-cuda.jsonl" --shapes "$SHAPES" --runs "$RUNS" --warmup "$WARMUP" \
+    --log "$RES/sys1rust-cuda-http.log" > "$RES/sys1rust-cuda-http.json"
+  say "served rc $?"
+  load_runs shared
+  load_runs alone --batch-tokens 0
+  pack
+}
+
+# wrk runs against `serve --engine cuda` on large: s32_q1 and s512_q10 at 16 clients (default
+# admission), s32_q1 at 64 clients (--max-concurrent 64). `label` names the result files.
+load_runs() { # label extra-args...
+  local label=$1; shift
+  [ -f "$STAGE/s32_q1.jsonl" ] || bodies "$SHORT" s32_q1 "$STAGE/s32_q1.jsonl"
+  [ -f "$STAGE/s512_q10.jsonl" ] || bodies "$SMOKE" s512_q10 "$STAGE/s512_q10.jsonl"
+  serve_bg "$label-16" "$@"
+  wrk_run "$label-s32_q1-c16" "$STAGE/s32_q1.jsonl" 16
+  wrk_run "$label-s512_q10-c16" "$STAGE/s512_q10.jsonl" 16
+  stop_bg
+  serve_bg "$label-64" --max-concurrent 64 "$@"
+  wrk_run "$label-s32_q1-c64" "$STAGE/s32_q1.jsonl" 64
+  stop_bg
+}
+
+# The GEMM algorithm every pass uses is the heuristic's pick for GEMM_TOKENS tokens: the
+# in-process sizes and the served load under each of GEMM_VARIANTS.
+GEMM_VARIANTS=${GEMM_VARIANTS:-"128 2048 8192"}
+phase_variants() {
+  local t
+  for t in $GEMM_VARIANTS; do
+    say "GEMM algorithms picked at $t tokens"
+    SYS1_CUDA_GEMM_TOKENS=$t timeout -k 5 200 "$SYS1" bench --model "$CKPT" --engine cuda --workload "$SMOKE" \
+      --shapes "$SHAPES" --runs "$RUNS" --warmup "$WARMUP" > "$RES/sys1rust-cuda-inproc-g$t.json" \
+      2> "$RES/sys1rust-cuda-inproc-g$t.log"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%s:%.2f" % (s["shape"], s["median_ms"]) for s in d["shapes"]))' \
+      "$RES/sys1rust-cuda-inproc-g$t.json" >&2
+    SYS1_CUDA_GEMM_TOKENS=$t load_runs "g$t"
+    pack
+  done
+}
+
+phase_router() {
+  say "router on the GPU"
+  timeout -k 5 200 python3 "$ROOT/bench/gpu/router_gpu.py" --bin "$SYS1" --model "$CKPT" \
+    > "$RES/router-gpu.json" 2> "$RES/router-gpu.log"
+  say "router rc $?"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["three_resident"]["gpu_mib_for_three"], "MiB for three;", d["evicted_load"]["reload_median_ms"], "ms reload vs", d["evicted_load"]["resident_median_ms"])' \
+    "$RES/router-gpu.json" >&2
+  pack
+}
+
+upstream() { # mode limit [extra args]
+  local mode=$1 limit=$2; shift 2
+  say "upstream $mode"
+  timeout -k 10 "$limit" python3 "$ROOT/bench/gpu/upstream_gpu.py" --model "$CKPT" --workload "$SMOKE" \
+    --mode "$mode" --answers "$RES/answers-upstream-$mode.jsonl" "$@" \
+    > "$RES/upstream-$mode.json" 2> "$RES/upstream-$mode.log"
+  say "upstream $mode rc $?"
+  tail -n 6 "$RES/upstream-$mode.log" >&2
+  pack
+}
+
+phase_upstream() {
+  [ -f "$RES/answers-upstream-cpu-f32.jsonl" ] || upstream cpu-f32 240
+  upstream cuda-stock 240 --shapes "$SHAPES" --runs "$RUNS" --warmup "$WARMUP"
+  local budget=$((CALL_LIMIT - SECONDS - 60))
+  if [ $budget -lt 120 ]; then
+    say "upstream cuda-compile skipped: ${budget}s left in this call"
+    return
+  fi
+  upstream cuda-compile $((budget + 40)) --shapes "$SHAPES" --runs "$RUNS" --warmup "$WARMUP" \
+    --time-budget "$budget" --partial "$RES/upstream-cuda-compile.partial.json"
+}
+
+phase_parity() {
+  local args=() f name
+  for f in "$RES"/answers-*.jsonl; do
+    name=$(basename "$f" .jsonl); name=${name#answers-}
+    [ "$name" = upstream-cpu-f32 ] && continue
+    args+=("$name=$f")
+  done
+  python3 "$ROOT/bench/gpu/parity.py" "$RES/answers-upstream-cpu-f32.jsonl" "${args[@]}" > "$RES/parity.json"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("parity", k, v.get("max_abs_err"), v.get("pass")) for k, v in d["contenders"].items()]' \
+    "$RES/parity.json" >&2
+  pack
+}
+
+for p in "$@"; do
+  "phase_$p"
+done
+pack
+say "done: $*"
