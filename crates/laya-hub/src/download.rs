@@ -136,9 +136,12 @@ impl Client {
             match f() {
                 Err(e) if attempt < self.retries && is_transient(&e) => {
                     attempt += 1;
-                    tracing::warn!(path, attempt, error = %e, "retrying");
-                    if let Some(p) = progress {
-                        p.message(&format!("{e}; retrying ({attempt}/{})", self.retries));
+                    // Said once: on the progress display when there is one, else in the log.
+                    match progress {
+                        Some(p) => {
+                            p.message(&format!("{e}; retrying ({attempt}/{})", self.retries))
+                        }
+                        None => tracing::warn!(path, attempt, error = %e, "retrying"),
                     }
                     std::thread::sleep(self.retry_delay * attempt);
                 }
@@ -285,7 +288,8 @@ impl Client {
                 Err(ureq::Error::Transport(t)) => {
                     return Err(HubError::Network {
                         url: url.to_string(),
-                        reason: t.to_string(),
+                        reason: transport_reason(&t),
+                        name_resolution: t.kind() == ureq::ErrorKind::Dns,
                     })
                 }
             };
@@ -365,8 +369,28 @@ fn remove(path: &Path) -> Result<(), HubError> {
     }
 }
 
+/// ureq's transport error without the URL its `Display` starts with (the message names it).
+fn transport_reason(t: &ureq::Transport) -> String {
+    let mut reason = t.kind().to_string();
+    if let Some(m) = t.message() {
+        reason.push_str(": ");
+        reason.push_str(m);
+    }
+    if let Some(source) = std::error::Error::source(t) {
+        reason.push_str(": ");
+        reason.push_str(&source.to_string());
+    }
+    reason
+}
+
 fn is_transient(e: &HubError) -> bool {
     match e {
+        // A name that does not resolve now will not resolve in a second either: no network,
+        // or a wrong HF_ENDPOINT.
+        HubError::Network {
+            name_resolution: true,
+            ..
+        } => false,
         HubError::Interrupted { .. } | HubError::Network { .. } => true,
         HubError::Http { status, .. } => *status == 429 || *status >= 500,
         _ => false,

@@ -112,6 +112,8 @@ pub enum HubError {
         url: String,
         /// The transport error.
         reason: String,
+        /// The host name did not resolve (no network, or a wrong `HF_ENDPOINT`): not retried.
+        name_resolution: bool,
     },
 
     /// The hub's answer lacked something the protocol promises (a header, a valid redirect).
@@ -192,6 +194,11 @@ pub enum HubError {
 }
 
 impl HubError {
+    /// The hub could not be reached at all (as opposed to refusing or failing a file).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, HubError::Network { .. })
+    }
+
     /// An [`HubError::Io`] for `path`.
     pub(crate) fn io(
         action: &'static str,

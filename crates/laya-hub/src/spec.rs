@@ -38,7 +38,14 @@ impl ModelSpec {
         if looks_like_path(spec) {
             return Err(HubError::LocalNotFound(path.to_path_buf()));
         }
-        let known: Vec<&str> = table.models().iter().map(|m| m.name.as_str()).collect();
+        let known: Vec<String> = table
+            .models()
+            .iter()
+            .map(|m| match m.aliases.as_slice() {
+                [] => m.name.clone(),
+                aliases => format!("{} ({})", m.name, aliases.join(", ")),
+            })
+            .collect();
         Err(HubError::UnknownModel {
             spec: spec.to_owned(),
             known: known.join(", "),
@@ -116,7 +123,7 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(
-            msg.contains("typed-decisions, multilingual, english"),
+            msg.contains("typed-decisions (typed, ") && msg.contains("english (en, "),
             "{msg}"
         );
     }

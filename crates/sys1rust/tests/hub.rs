@@ -158,9 +158,12 @@ fn git_blob_id(bytes: &[u8]) -> String {
 struct Scratch(PathBuf);
 
 impl Scratch {
+    /// A directory of its own for each caller: the tests of this module run in parallel.
     fn new() -> Scratch {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("sys1rust-models-{}", std::process::id()));
+            .join(format!("sys1rust-models-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("scratch dir");
         Scratch(dir)
@@ -627,4 +630,51 @@ fn ready_is_503_while_the_preload_downloads() {
     let resp = server.post_json("/v1/systemone", &body);
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert!(resp.text().contains(r#""model":"slow""#), "{}", resp.text());
+}
+
+/// No network: a host name that does not resolve fails at once (no retries), says so once,
+/// and suggests what works offline; an unknown model name instead lists the names and
+/// aliases.
+#[test]
+fn unreachable_hub_fails_fast_with_advice() {
+    let scratch = Scratch::new();
+    let home = scratch.0.join("hf-home");
+    let home = home.to_str().expect("utf-8");
+    let started = Instant::now();
+    let out = run(
+        &["pull", REPO],
+        &[("HF_HOME", home), ("HF_ENDPOINT", "http://hub.invalid")],
+    );
+    assert!(!out.success);
+    // Three retries would wait 1 + 2 + 3 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!out.stderr.contains("retrying"), "{}", out.stderr);
+
+    let out = run(
+        &["serve", "--port", "0", "--model", REPO],
+        &[("HF_HOME", home), ("HF_ENDPOINT", "http://hub.invalid")],
+    );
+    assert!(!out.success);
+    for advice in [
+        "cannot be reached",
+        "--offline",
+        "HF_ENDPOINT",
+        "--model DIR",
+    ] {
+        assert!(out.stderr.contains(advice), "{advice}: {}", out.stderr);
+    }
+    let url = "http://hub.invalid/test-org/tiny/resolve";
+    assert_eq!(out.stderr.matches(url).count(), 1, "{}", out.stderr);
+
+    let out = run(
+        &["serve", "--port", "0", "--model", "nosuchmodel"],
+        &[("HF_HOME", home)],
+    );
+    assert!(!out.success);
+    assert!(out.stderr.contains("english (en, "), "{}", out.stderr);
+    assert!(!out.stderr.contains("cannot be reached"), "{}", out.stderr);
 }

@@ -42,12 +42,20 @@ impl ModelArgs {
         let model = self.model_or_default();
         let hub = laya_hub::Hub::from_env().context("reading the Hugging Face settings")?;
         let progress = laya_hub::stderr_progress();
-        hub.resolve(model, self.revision.as_deref(), self.offline, &*progress).with_context(|| {
-            format!(
-                "cannot get model {model:?}. Where Hugging Face cannot be reached, serve a local checkpoint \
-                 directory instead: --model DIR (rl_agent_config.json, model.safetensors, encoder/, tokenizer/)"
-            )
-        })
+        hub.resolve(model, self.revision.as_deref(), self.offline, &*progress)
+            .map_err(|e| {
+                let advice = if e.is_unreachable() {
+                    format!(
+                        "cannot get model {model:?}: the hub cannot be reached. Check the network, \
+                         or serve what is cached with --offline (HF_HUB_OFFLINE=1), or point \
+                         HF_ENDPOINT at a mirror, or serve a local checkpoint directory: --model DIR \
+                         (rl_agent_config.json, model.safetensors, encoder/, tokenizer/)"
+                    )
+                } else {
+                    format!("cannot get model {model:?}")
+                };
+                anyhow::Error::new(e).context(advice)
+            })
     }
 }
 
