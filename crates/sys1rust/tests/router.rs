@@ -41,6 +41,24 @@ fn obj<'a>(v: &'a Value, key: &str) -> &'a pyjson::Object {
         .unwrap_or_else(|| panic!("servers.json: no object {key}"))
 }
 
+/// Upstream's references were made on the CPU: on the GPU `/health` names the GPU where they
+/// say `cpu` (`device` and every `checkpoint_devices` entry).
+fn on_the_gpu(mut health: Value) -> Value {
+    if let Value::Object(o) = &mut health {
+        if let Some(d) = o.get_mut("device") {
+            *d = Value::Str("cuda".into());
+        }
+        if let Some(Value::Object(devices)) = o.get("checkpoint_devices").cloned() {
+            let mut on_gpu = pyjson::Object::new();
+            for name in devices.keys() {
+                on_gpu.insert(name.to_owned(), Value::Str("cuda".into()));
+            }
+            o.insert("checkpoint_devices".into(), Value::Object(on_gpu));
+        }
+    }
+    health
+}
+
 /// A working directory holding the three checkpoints (links to the fixtures) and, for
 /// `corrupt`, a copy of one cut short, as regen.py made it.
 fn workdir(name: &str, names: &pyjson::Object, corrupt: Option<&pyjson::Object>) -> PathBuf {
@@ -165,6 +183,10 @@ fn replay_file(
         let body = resp.text();
         if body != reference.body {
             let decision = reference.status == 200 && reference.path.starts_with("/v1/systemone");
+            let parse = |b: &str| pyjson::loads(b.as_bytes()).map(|p| p.value).ok();
+            if f16 && !decision && parse(&body) == parse(&reference.body).map(on_the_gpu) {
+                continue;
+            }
             assert!(
                 decision,
                 "{ctx}: body\n{body}\nvs upstream\n{}",
