@@ -18,6 +18,7 @@
 #               then wrk (carried) for WRK_SECONDS: s32_q1 at 16 clients (defaults), s32_q1 at
 #               64 clients (--max-concurrent 64), s512_q10 at 16 clients; and the same with
 #               --batch-tokens 0 (one request a pass) for comparison
+#   profile     the worker's batch sizes and times under the s32_q1 and s512_q10 loads
 #   variants    `engine` and the served load with the GEMM algorithms picked at each of
 #               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS)
 #   router      GPU memory with three `large` resident, the latency of a reload after eviction
@@ -190,6 +191,24 @@ load_runs() { # label extra-args...
   serve_bg "$label-64" --max-concurrent 64 "$@"
   wrk_run "$label-s32_q1-c64" "$STAGE/s32_q1.jsonl" 64
   stop_bg
+}
+
+# Where served time goes with shared passes: the worker's debug events (laya-core's
+# "decided together" and "shared pass") during the s32_q1 and s512_q10 loads at 16 clients,
+# summarised by bench/gpu/profile_served.py.
+phase_profile() {
+  [ -f "$STAGE/s32_q1.jsonl" ] || bodies "$SHORT" s32_q1 "$STAGE/s32_q1.jsonl"
+  [ -f "$STAGE/s512_q10.jsonl" ] || bodies "$SMOKE" s512_q10 "$STAGE/s512_q10.jsonl"
+  local shape
+  for shape in s32_q1 s512_q10; do
+    RUST_LOG=warn,laya_core::decide=debug serve_bg "profile-$shape" --log-format json
+    wrk_run "profile-$shape-c16" "$STAGE/$shape.jsonl" 16
+    stop_bg
+    python3 "$ROOT/bench/gpu/profile_served.py" "$RES/serve-profile-$shape.log" "$RES/wrk-profile-$shape-c16.json" \
+      > "$RES/profile-$shape.json"
+    say "profile $shape: $(cat "$RES/profile-$shape.json")"
+  done
+  pack
 }
 
 # The GEMM algorithm every pass uses is the heuristic's pick for GEMM_TOKENS tokens: the

@@ -335,6 +335,7 @@ pub fn decide_many<C: Checkpoints>(
     ds: &[&Decision],
     pass_tokens: usize,
 ) -> Vec<Result<Decided, DecideError>> {
+    let started = std::time::Instant::now();
     // 1. Pure: the tournament plan, routing and the question checks of each request.
     let planned: Vec<Result<Planned, DecideError>> = par_map(ds, |d| plan_request(settings, d));
     // 2. The tokenizers of the resident, batch-invariant agents the plain requests go to.
@@ -411,6 +412,7 @@ pub fn decide_many<C: Checkpoints>(
         }
         v
     };
+    let prepared_us = started.elapsed().as_micros() as u64;
     // 4. In order: the residency order and loads as each request alone would move them.
     let mut out: Vec<Option<Result<Decided, DecideError>>> = (0..ds.len()).map(|_| None).collect();
     let mut pending: Vec<(usize, Prepared)> = Vec::new();
@@ -440,9 +442,17 @@ pub fn decide_many<C: Checkpoints>(
             Err(e) => out[i] = Some(Err(e)),
         }
     }
+    let shared = pending.len();
     for (j, r) in run_shared(checkpoints, ds, pending, pass_tokens) {
         out[j] = Some(r);
     }
+    tracing::debug!(
+        requests = ds.len(),
+        shared,
+        prepare_us = prepared_us,
+        total_us = started.elapsed().as_micros() as u64,
+        "decided together"
+    );
     out.into_iter()
         .map(|r| r.unwrap_or_else(|| Err(unrouted())))
         .collect()
@@ -614,6 +624,7 @@ fn run_shared<C: Checkpoints>(
                 .flat_map(|&(pi, gi)| pending[pi].1.groups[gi].rows.iter().flatten())
                 .map(|e| e.row.clone())
                 .collect();
+            let pass_started = std::time::Instant::now();
             let ran = if rows.is_empty() {
                 Ok(Vec::new())
             } else {
@@ -621,6 +632,14 @@ fn run_shared<C: Checkpoints>(
                     crate::agent::check_answered(&outputs, rows.len()).map(|()| outputs)
                 })
             };
+            // For the served-throughput profile (bench/gpu/cuda.sh `profile`).
+            tracing::debug!(
+                groups = batch.len(),
+                rows = rows.len(),
+                tokens,
+                forward_us = pass_started.elapsed().as_micros() as u64,
+                "shared pass"
+            );
             match ran {
                 Ok(outputs) => {
                     let mut outputs = outputs.into_iter();
