@@ -1,13 +1,9 @@
 //! Requests queued together share forward passes on an engine whose rows do not depend on
 //! their batch mates, and each still gets the very bytes it gets alone.
 
-use std::io::Write;
-use std::net::TcpStream;
-use std::time::Duration;
-
 use laya_fixtures::read_jsonl;
 
-use crate::support::{fixtures_dir, read_response, request_bytes, serial, Server};
+use crate::support::{fixtures_dir, post_fresh, serial, Server};
 
 /// The single-route bodies of the smoke workload, as its harness sent them.
 fn smoke_bodies() -> Vec<String> {
@@ -25,18 +21,11 @@ fn smoke_bodies() -> Vec<String> {
 
 fn post(addr: std::net::SocketAddr, body: String) -> std::thread::JoinHandle<(u16, String)> {
     std::thread::spawn(move || {
-        let mut conn = TcpStream::connect(addr).expect("connect");
-        conn.set_read_timeout(Some(Duration::from_secs(30)))
-            .expect("timeout");
-        conn.write_all(&request_bytes(
-            "POST",
-            "/v1/systemone",
+        let r = post_fresh(
+            addr,
             &[("content-type", "application/json")],
-            Some(body.as_bytes()),
-            false,
-        ))
-        .expect("write");
-        let r = read_response(&mut conn);
+            body.as_bytes(),
+        );
         (r.status, r.text())
     })
 }

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::support::{read_response, request_bytes, serial, Server};
+use crate::support::{post_fresh, read_response, request_bytes, serial, Server};
 
 const BODY: &str = r#"{"state":"I was charged twice for my subscription this month","questions":{"dept":{"type":"choice","instructions":"which team?","criteria":{"billing":"refunds","tech":"bugs"}},"urgent":{"type":"noul","instructions":"is it urgent?"}}}"#;
 
@@ -239,18 +239,12 @@ fn the_request_deadline_gives_504() {
     let post = || {
         let addr = s.addr;
         std::thread::spawn(move || {
-            let mut conn = TcpStream::connect(addr).expect("connect");
-            conn.set_read_timeout(Some(Duration::from_secs(30)))
-                .expect("timeout");
-            conn.write_all(&request_bytes(
-                "POST",
-                "/v1/systemone",
+            let r = post_fresh(
+                addr,
                 &[("content-type", "application/json")],
-                Some(BODY.as_bytes()),
-                false,
-            ))
-            .expect("write");
-            (read_response(&mut conn), Instant::now())
+                BODY.as_bytes(),
+            );
+            (r, Instant::now())
         })
     };
     let a = post();

@@ -76,10 +76,6 @@ impl Readiness {
         self.stage.store(Stage::Draining as u8, Ordering::SeqCst);
     }
 
-    pub fn started(&self) -> Option<&Started> {
-        self.started.get()
-    }
-
     /// The device of the loaded engine, else the one it will load on.
     pub fn device(&self) -> &str {
         self.started

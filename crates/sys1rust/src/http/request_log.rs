@@ -23,10 +23,6 @@ pub const HEADER: &str = "x-request-id";
 /// Longest client-chosen id kept; a longer one is replaced, not cut.
 pub const MAX_LEN: usize = 128;
 
-/// A request's id, as handlers may read it from the request's extensions.
-#[derive(Debug, Clone)]
-pub struct RequestId(pub String);
-
 /// What a handler learned about its request, for the log line.
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
@@ -67,7 +63,7 @@ fn generate() -> String {
 }
 
 /// The middleware (`axum::middleware::from_fn`).
-pub async fn layer(mut req: Request, next: Next) -> Response {
+pub async fn layer(req: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = req
         .headers()
@@ -82,7 +78,6 @@ pub async fn layer(mut req: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    req.extensions_mut().insert(RequestId(id.clone()));
     let span = tracing::info_span!("request", id = %id);
     let mut resp = next.run(req).instrument(span.clone()).await;
     if let Ok(v) = HeaderValue::from_str(&id) {

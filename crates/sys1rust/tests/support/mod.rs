@@ -457,6 +457,23 @@ impl Response {
     }
 }
 
+/// One POST on a fresh connection (for callers that each run it on a thread of their own, as
+/// concurrent clients), read with a 30 s timeout.
+pub fn post_fresh(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    let mut conn = TcpStream::connect(addr).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    conn.write_all(&request_bytes(
+        "POST",
+        "/v1/systemone",
+        headers,
+        Some(body),
+        false,
+    ))
+    .expect("write");
+    read_response(&mut conn)
+}
+
 /// Reads one response (Content-Length bodies, or to EOF).
 pub fn read_response(s: &mut TcpStream) -> Response {
     let mut reader = BufReader::new(s);
