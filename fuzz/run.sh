@@ -67,6 +67,14 @@ for path in files:
         for i, pick in enumerate((4, 5, 12, 21, 29)):
             with open(os.path.join(out, "body", f"{n:04d}-{i}"), "wb") as f:
                 f.write(bytes([pick]) + body)
+# Long states read in windows (`overflow`), from the library-level long-window calls.
+for line in open("crates/laya-fixtures/data/references/tiny/long-windows.jsonl", encoding="utf-8"):
+    call = json.loads(line)["call"]
+    req = {k: call[k] for k in ("state", "questions", "window", "stride") if k in call}
+    req["overflow"] = "windows"
+    n += 1
+    with open(os.path.join(out, "request", f"{n:04d}"), "wb") as f:
+        f.write(bytes([0]) + json.dumps(req, ensure_ascii=False).encode("utf-8"))
 PY
 }
 seed

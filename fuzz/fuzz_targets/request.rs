@@ -53,6 +53,7 @@ fuzz_target!(|data: &[u8]| {
     let settings = Settings {
         routing,
         tournament_group,
+        pass_tokens: 4096,
     };
     let mut checkpoints = checkpoints().lock().unwrap_or_else(|e| e.into_inner());
     let decided = match decide(&mut *checkpoints, &settings, &decision) {

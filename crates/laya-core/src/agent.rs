@@ -128,6 +128,22 @@ pub struct LongOptions {
     pub window: Option<usize>,
     pub stride: Option<usize>,
     pub batch_size: Option<usize>,
+    /// The row budget the windows are laid out in (the checkpoint's when `None`). Upstream's
+    /// `predict_long` always uses the checkpoint's; the server lets a request set it, as
+    /// `max_len` / `head_max_len` do for one pass.
+    pub max_len: Option<usize>,
+    pub head_max_len: Option<usize>,
+}
+
+impl LongOptions {
+    /// The budget options of the passes over the windows.
+    fn batch(&self, batch_size: Option<usize>) -> BatchOptions {
+        BatchOptions {
+            max_len: self.max_len,
+            head_max_len: self.head_max_len,
+            batch_size,
+        }
+    }
 }
 
 /// A loaded checkpoint with its forward pass.
@@ -226,7 +242,7 @@ impl<F: Forward> Agent<F> {
         questions: &[Question],
         opts: &LongOptions,
     ) -> Result<LongScan, PredictError> {
-        let budget = self.budget(&BatchOptions::default());
+        let budget = self.budget(&opts.batch(None));
         let heads = questions
             .iter()
             .map(|q| layout::build_head(&self.tokenizer, q, budget.head_max_len))
@@ -275,26 +291,28 @@ impl<F: Forward> Agent<F> {
         opts: &LongOptions,
     ) -> Result<StateResult, PredictError> {
         let scan = self.long_scan(state, questions, opts)?;
+        self.predict_scan(state, questions, &scan, opts, scan.batch_cap)
+    }
+
+    /// [`Agent::predict_long`] over a scan already made, `batch_size` windows per forward
+    /// pass (`None`: all in one).
+    pub fn predict_scan(
+        &mut self,
+        state: &Value,
+        questions: &[Question],
+        scan: &LongScan,
+        opts: &LongOptions,
+        batch_size: Option<usize>,
+    ) -> Result<StateResult, PredictError> {
         if scan.windows.is_empty() {
             let mut single = self
-                .predict_batch(
-                    std::slice::from_ref(state),
-                    questions,
-                    &BatchOptions::default(),
-                )?
+                .predict_batch(std::slice::from_ref(state), questions, &opts.batch(None))?
                 .remove(0);
             single.usage.windows = Some(1);
             return Ok(single);
         }
         let states: Vec<Value> = scan.windows.iter().map(|w| Value::Str(w.clone())).collect();
-        let results = self.predict_batch(
-            &states,
-            questions,
-            &BatchOptions {
-                batch_size: scan.batch_cap,
-                ..BatchOptions::default()
-            },
-        )?;
+        let results = self.predict_batch(&states, questions, &opts.batch(batch_size))?;
         let mut answers = Vec::with_capacity(questions.len());
         for (qi, q) in questions.iter().enumerate() {
             let per: Vec<&Answer> = results.iter().map(|r| &r.answers[qi].1).collect();
@@ -320,6 +338,11 @@ impl<F: Forward> Agent<F> {
         }
         let usage = merge_usage(&results);
         Ok(StateResult { answers, usage })
+    }
+
+    /// The row budget `opts` lays rows out in.
+    pub fn row_budget(&self, opts: &BatchOptions) -> Budget {
+        self.budget(opts)
     }
 }
 

@@ -14,13 +14,13 @@ use pyjson::{Object, Value};
 
 use std::sync::Arc;
 
-use crate::agent::{BatchOptions, PredictError, StateResult};
+use crate::agent::{BatchOptions, LongOptions, PredictError, StateResult};
 pub use crate::checkpoints::Checkpoints;
 use crate::confidence::{self, MinConfidence};
 use crate::config::AgentConfig;
 use crate::engine::Forward as _;
 use crate::question::{parse_questions, QuestionError};
-use crate::request::{BatchRequest, DecisionRequest};
+use crate::request::{BatchRequest, DecisionRequest, Overflow, Windows};
 use crate::routing::{self, Checkpoint, Routing, RoutingConfig};
 use crate::tokenizer::Tokenizer;
 use crate::tournament::{self, TournamentError};
@@ -40,6 +40,8 @@ pub struct Decision {
     pub task: Option<Value>,
     pub lang: Option<String>,
     pub lang_guess: Option<String>,
+    /// sys1rust's opt-in windowed reading of long states.
+    pub overflow: Overflow,
 }
 
 impl From<DecisionRequest> for Decision {
@@ -53,6 +55,7 @@ impl From<DecisionRequest> for Decision {
             task: r.task,
             lang: r.lang,
             lang_guess: r.lang_guess,
+            overflow: r.overflow,
         }
     }
 }
@@ -68,6 +71,7 @@ impl From<BatchRequest> for Decision {
             task: r.task,
             lang: r.lang,
             lang_guess: r.lang_guess,
+            overflow: r.overflow,
         }
     }
 }
@@ -78,6 +82,9 @@ pub struct Settings {
     pub routing: RoutingConfig,
     /// `LAYA_TOURNAMENT_GROUP`: narrow choices over this many options by elimination; 0 is off.
     pub tournament_group: usize,
+    /// Tokens one forward pass may carry: requests share passes up to it ([`decide_many`]) and
+    /// a windowed state's windows are split into passes of at most it (0: no bound).
+    pub pass_tokens: usize,
 }
 
 /// One state's finished answer.
@@ -141,6 +148,22 @@ pub enum DecideError {
     /// A routed checkpoint could not be loaded.
     #[error("loading checkpoint {name}: {reason}")]
     Load { name: Checkpoint, reason: String },
+    /// `overflow: "windows"` on a state that needs more windows than it may.
+    #[error("overflow 'windows' needs {needed} windows of {size} tokens (stride {stride}) for this state, more than max_windows ({max_windows}{}); send a larger window or stride, a larger max_len, or overflow 'truncate'", if .max_windows == .cap { ", this server's cap".to_owned() } else { format!("; this server allows up to {}", .cap) })]
+    TooManyWindows {
+        needed: usize,
+        size: usize,
+        stride: usize,
+        max_windows: usize,
+        cap: usize,
+    },
+    /// `overflow: "windows"` with a choice the tournament would narrow.
+    #[error("overflow 'windows' cannot be combined with a tournament (LAYA_TOURNAMENT_GROUP={group}): {qid} has {options} options; ask at most {group} options per choice or send overflow 'truncate'")]
+    WindowsWithTournament {
+        qid: String,
+        options: usize,
+        group: usize,
+    },
 }
 
 impl DecideError {
@@ -148,7 +171,10 @@ impl DecideError {
     /// text (422); every other failure is its 500 `inference failed`.
     pub fn is_caller_error(&self) -> bool {
         match self {
-            DecideError::UnknownTask(_) | DecideError::Question(_) => true,
+            DecideError::UnknownTask(_)
+            | DecideError::Question(_)
+            | DecideError::TooManyWindows { .. }
+            | DecideError::WindowsWithTournament { .. } => true,
             DecideError::Tournament(t) => t.is_caller_error(),
             DecideError::Predict(p) => p.is_caller_error(),
             DecideError::Load { .. } => false,
@@ -167,6 +193,26 @@ pub fn decide<C: Checkpoints>(
         0 => None,
         group => tournament::plan(&d.questions, group)?,
     };
+    if let Overflow::Windows(w) = &d.overflow {
+        if let Some((qid, labels)) = plan.as_ref().and_then(|p| p.first()) {
+            return Err(DecideError::WindowsWithTournament {
+                qid: pyjson::repr_str(qid),
+                options: labels.len(),
+                group: settings.tournament_group,
+            });
+        }
+        let (results, routes) = predict_long_call(checkpoints, settings, d, w)?;
+        let states = results
+            .into_iter()
+            .zip(routes)
+            .map(|(result, routing)| StateDecision {
+                result,
+                routing,
+                tournament: Vec::new(),
+            })
+            .collect();
+        return Ok(gate(states, d));
+    }
     let states = match plan {
         None => {
             let (results, routes) =
@@ -311,6 +357,70 @@ fn predict_call<C: Checkpoints>(
     Ok((results, routes))
 }
 
+/// [`predict_call`] with `overflow: "windows"`: every state read in overlapping windows
+/// (upstream `predict_long`), routed and loaded as one call routes and loads them. Each state's
+/// windows are counted before any of its group runs, so a state over `max_windows` costs no
+/// forward pass.
+fn predict_long_call<C: Checkpoints>(
+    checkpoints: &mut C,
+    settings: &Settings,
+    d: &Decision,
+    w: &Windows,
+) -> Result<(Vec<StateResult>, Vec<Routing>), DecideError> {
+    let (routes, groups) = route_states(settings, d, &d.states, &d.questions)?;
+    let opts = LongOptions {
+        window: w.window,
+        stride: w.stride,
+        batch_size: None,
+        max_len: d.opts.max_len,
+        head_max_len: d.opts.head_max_len,
+    };
+    let mut parsed = None;
+    let mut answered: Vec<Option<StateResult>> = vec![None; d.states.len()];
+    for name in groups {
+        let agent = checkpoints.agent(&name)?;
+        let questions = match &parsed {
+            Some(q) => q,
+            None => parsed.insert(parse_questions(&d.questions)?),
+        };
+        let members: Vec<usize> = (0..d.states.len())
+            .filter(|&i| routes[i].model == name)
+            .collect();
+        let mut scans = Vec::with_capacity(members.len());
+        for &i in &members {
+            let scan = agent.long_scan(&d.states[i], questions, &opts)?;
+            if scan.windows.len() > w.max_windows {
+                return Err(DecideError::TooManyWindows {
+                    needed: scan.windows.len(),
+                    size: scan.plan.size,
+                    stride: scan.plan.step,
+                    max_windows: w.max_windows,
+                    cap: w.cap,
+                });
+            }
+            scans.push(scan);
+        }
+        let row_tokens = agent.row_budget(&d.opts).max_len.max(1) * questions.len().max(1);
+        for (i, scan) in members.into_iter().zip(scans) {
+            // Upstream's memory cap on the scan, then the engine's pass budget: chunking moves
+            // no bits on a batch-invariant engine.
+            let engine_cap = (settings.pass_tokens > 0)
+                .then(|| (settings.pass_tokens / row_tokens).max(1))
+                .filter(|&cap| cap < scan.windows.len());
+            let batch = match (scan.batch_cap, engine_cap) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            answered[i] = Some(agent.predict_scan(&d.states[i], questions, &scan, &opts, batch)?);
+        }
+    }
+    let results = answered
+        .into_iter()
+        .map(|r| r.ok_or_else(unrouted))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((results, routes))
+}
+
 fn unrouted() -> DecideError {
     DecideError::Tournament(TournamentError::Internal(
         "a state was routed to no checkpoint".into(),
@@ -321,8 +431,8 @@ fn unrouted() -> DecideError {
 /// exactly what [`decide`] gives it alone, and loads checkpoints and moves the residency
 /// order as it would alone. The requests that run plainly (no tournament, every routed
 /// checkpoint resident, on an engine whose rows do not depend on their batch mates,
-/// [`Forward::batch_invariant`]) share forward passes of up to `pass_tokens` tokens; any
-/// other request runs alone, after the shared passes of those before it.
+/// [`Forward::batch_invariant`]) share forward passes of up to [`Settings::pass_tokens`]
+/// tokens; any other request (a tournament, windows) runs alone, after the shared passes of those before it.
 ///
 /// What needs no checkpoint state (routing, question checks, tokenization and layout) runs
 /// for all of them at once on as many threads as the machine has; what touches the
@@ -333,15 +443,15 @@ pub fn decide_many<C: Checkpoints>(
     checkpoints: &mut C,
     settings: &Settings,
     ds: &[&Decision],
-    pass_tokens: usize,
 ) -> Vec<Result<Decided, DecideError>> {
+    let pass_tokens = settings.pass_tokens;
     let started = std::time::Instant::now();
     // 1. Pure: the tournament plan, routing and the question checks of each request.
     let planned: Vec<Result<Planned, DecideError>> = par_map(ds, |d| plan_request(settings, d));
     // 2. The tokenizers of the resident, batch-invariant agents the plain requests go to.
     let mut parts: Vec<(u64, Arc<Tokenizer>, AgentConfig)> = Vec::new();
     for p in planned.iter().flatten() {
-        for name in p.names.iter().filter(|_| !p.tournament) {
+        for name in p.names.iter().filter(|_| !p.alone) {
             let Some(key) = checkpoints.agent_key(name) else {
                 continue;
             };
@@ -359,7 +469,7 @@ pub fn decide_many<C: Checkpoints>(
     let keyed: Vec<Option<Vec<u64>>> = planned
         .iter()
         .map(|p| match p {
-            Ok(p) if !p.tournament => p
+            Ok(p) if !p.alone => p
                 .names
                 .iter()
                 .map(|n| {
@@ -486,8 +596,9 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 
 /// What [`decide`] works out before it touches a checkpoint.
 struct Planned {
-    /// A tournament narrows a choice: the request runs alone.
-    tournament: bool,
+    /// A tournament narrows a choice, or the states are read in windows: the request runs
+    /// alone.
+    alone: bool,
     routes: Vec<Routing>,
     /// The routed checkpoints, in order of first appearance.
     names: Vec<Checkpoint>,
@@ -501,7 +612,7 @@ fn plan_request(settings: &Settings, d: &Decision) -> Result<Planned, DecideErro
         && tournament::plan(&d.questions, settings.tournament_group)?.is_some();
     let (routes, names) = route_states(settings, d, &d.states, &d.questions)?;
     Ok(Planned {
-        tournament,
+        alone: tournament || matches!(d.overflow, Overflow::Windows(_)),
         routes,
         names,
         questions: parse_questions(&d.questions),

@@ -134,7 +134,6 @@ fn compare<C: Checkpoints>(
     settings: &Settings,
     alone: &mut C,
     shared: &mut C,
-    pass_tokens: usize,
     seed: u64,
     mut check: impl FnMut(&C, &C, usize),
 ) {
@@ -143,7 +142,7 @@ fn compare<C: Checkpoints>(
     while at < ds.len() {
         let n = (1 + rng.below(16)).min(ds.len() - at);
         let group: Vec<&Decision> = ds[at..at + n].iter().collect();
-        let together = decide_many(shared, settings, &group, pass_tokens);
+        let together = decide_many(shared, settings, &group);
         assert_eq!(together.len(), n);
         for (k, d) in group.iter().enumerate() {
             let solo = decide(alone, settings, d);
@@ -169,27 +168,20 @@ fn shared_passes_give_every_request_its_own_answer() {
         let settings = Settings {
             routing: RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false),
             tournament_group,
+            pass_tokens: 4096,
         };
         let ds = decisions(&settings.routing);
         assert!(ds.len() > 200, "{} requests", ds.len());
         let (alone_passes, shared_passes) = (Arc::default(), Arc::default());
         let mut alone = Single::new(agent("tiny", &alone_passes, true), None);
         let mut shared = Single::new(agent("tiny", &shared_passes, true), None);
-        compare(
-            &ds,
-            &settings,
-            &mut alone,
-            &mut shared,
-            4096,
-            3,
-            |a, b, n| {
-                assert_eq!(
-                    a.resident(),
-                    b.resident(),
-                    "residency order after {n} requests"
-                );
-            },
-        );
+        compare(&ds, &settings, &mut alone, &mut shared, 3, |a, b, n| {
+            assert_eq!(
+                a.resident(),
+                b.resident(),
+                "residency order after {n} requests"
+            );
+        });
         let (a, s): (usize, usize) = (
             alone_passes.load(Ordering::SeqCst),
             shared_passes.load(Ordering::SeqCst),
@@ -210,6 +202,7 @@ fn the_router_loads_and_evicts_as_it_would_for_each_request_alone() {
     let settings = Settings {
         routing: routing.clone(),
         tournament_group: 0,
+        pass_tokens: 8192,
     };
     let ds = decisions(&routing);
     for max_loaded in [1, 2, 3] {
@@ -217,32 +210,24 @@ fn the_router_loads_and_evicts_as_it_would_for_each_request_alone() {
         let (passes_b, loads_b) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
         let mut alone = router(max_loaded, &passes_a, &loads_a);
         let mut shared = router(max_loaded, &passes_b, &loads_b);
-        compare(
-            &ds,
-            &settings,
-            &mut alone,
-            &mut shared,
-            8192,
-            5,
-            |a, b, n| {
-                let names = |c: &Router<Counted>| -> Vec<(String, u64)> {
-                    c.resident()
-                        .into_iter()
-                        .map(|r| (r.name.name().to_owned(), r.loaded))
-                        .collect()
-                };
-                assert_eq!(
-                    names(a),
-                    names(b),
-                    "max_loaded {max_loaded}: resident after {n} requests"
-                );
-                assert_eq!(
-                    loads_a.load(Ordering::SeqCst),
-                    loads_b.load(Ordering::SeqCst),
-                    "max_loaded {max_loaded}: loads after {n} requests"
-                );
-            },
-        );
+        compare(&ds, &settings, &mut alone, &mut shared, 5, |a, b, n| {
+            let names = |c: &Router<Counted>| -> Vec<(String, u64)> {
+                c.resident()
+                    .into_iter()
+                    .map(|r| (r.name.name().to_owned(), r.loaded))
+                    .collect()
+            };
+            assert_eq!(
+                names(a),
+                names(b),
+                "max_loaded {max_loaded}: resident after {n} requests"
+            );
+            assert_eq!(
+                loads_a.load(Ordering::SeqCst),
+                loads_b.load(Ordering::SeqCst),
+                "max_loaded {max_loaded}: loads after {n} requests"
+            );
+        });
         println!(
             "max_loaded {max_loaded}: {} loads; passes {} alone, {} shared",
             loads_a.load(Ordering::SeqCst),
@@ -257,20 +242,13 @@ fn an_engine_that_is_not_batch_invariant_runs_each_request_alone() {
     let settings = Settings {
         routing: RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false),
         tournament_group: 0,
+        pass_tokens: 1 << 20,
     };
     let ds = decisions(&settings.routing);
     let (alone_passes, shared_passes) = (Arc::default(), Arc::default());
     let mut alone = Single::new(agent("tiny", &alone_passes, false), None);
     let mut shared = Single::new(agent("tiny", &shared_passes, false), None);
-    compare(
-        &ds,
-        &settings,
-        &mut alone,
-        &mut shared,
-        1 << 20,
-        9,
-        |_, _, _| {},
-    );
+    compare(&ds, &settings, &mut alone, &mut shared, 9, |_, _, _| {});
     assert_eq!(
         alone_passes.load(Ordering::SeqCst),
         shared_passes.load(Ordering::SeqCst)

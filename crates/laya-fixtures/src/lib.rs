@@ -20,6 +20,6 @@ pub use references::{
 };
 pub use suites::{check_f16_references, max_logit_diff};
 pub use unrounded::{
-    open_text, unrounded_body, unrounded_body_routed, unrounded_like, upstream_results,
-    ReplayAgents,
+    long_unrounded, open_text, unrounded_body, unrounded_body_routed, unrounded_like,
+    upstream_results, ReplayAgents,
 };

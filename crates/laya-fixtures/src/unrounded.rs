@@ -1,12 +1,12 @@
 //! Upstream's own answers before rounding, recomputed from its recorded raw logits, for the
 //! rounding-boundary rule of [`crate::check_f32`].
 
-use laya_core::agent::{Agent, StateResult};
+use laya_core::agent::{Agent, BatchOptions, LongOptions, StateResult};
 use laya_core::confidence;
 use laya_core::config::AgentConfig;
 use laya_core::decode;
 use laya_core::decode::Answer;
-use laya_core::engine::RowLogits;
+use laya_core::engine::{Forward, RowLogits};
 use laya_core::question::parse_questions;
 use laya_core::question::Question;
 use laya_core::render;
@@ -47,6 +47,42 @@ pub fn unrounded_like(answer: &Answer, q: &Question, out: &RowLogits, cfg: &Agen
         window: answer.window,
         ..decode::decode_unrounded(q, out, cfg)
     }
+}
+
+/// `mine` (a `predict_long` result on `engine`) with each answer recomputed unrounded from its
+/// deciding window, scanned again the same way: upstream recorded no logits for the windows,
+/// so the rounding-boundary rule of [`crate::check_f32`] judges by our own unrounded values.
+pub fn long_unrounded<F: Forward>(
+    engine: &mut Agent<F>,
+    state: &Value,
+    questions: &[Question],
+    opts: &LongOptions,
+    mine: &StateResult,
+) -> StateResult {
+    let scan = engine.long_scan(state, questions, opts).expect("scan");
+    let states: Vec<Value> = if scan.windows.is_empty() {
+        vec![state.clone()]
+    } else {
+        scan.windows.iter().map(|w| Value::Str(w.clone())).collect()
+    };
+    let budget = BatchOptions {
+        max_len: opts.max_len,
+        head_max_len: opts.head_max_len,
+        batch_size: None,
+    };
+    let mut out = mine.clone();
+    for (qi, (q, (_, a))) in questions.iter().zip(out.answers.iter_mut()).enumerate() {
+        let index = a.window.map(|w| w.index).unwrap_or(0);
+        let rows = engine
+            .layout(std::slice::from_ref(&states[index]), questions, &budget)
+            .expect("layout");
+        let outs = engine
+            .forward
+            .forward(&[rows[0][qi].row.clone()])
+            .expect("forward");
+        *a = unrounded_like(a, q, &outs[0], &engine.config);
+    }
+    out
 }
 
 /// Upstream's response body with every result's answers unrounded (decoded from upstream's

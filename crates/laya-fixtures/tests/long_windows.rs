@@ -43,6 +43,7 @@ fn long_scan_matches_upstream() {
                 window: int(call, "window"),
                 stride: int(call, "stride"),
                 batch_size: int(call, "batch_size"),
+                ..LongOptions::default()
             };
             let state = call.get("state").expect("state");
             let scan = engine.long_scan(state, &questions, &opts);

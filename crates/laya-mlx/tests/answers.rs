@@ -13,8 +13,8 @@ use laya_core::engine::RowLogits;
 use laya_core::question::{parse_questions, Question};
 use laya_core::render;
 use laya_fixtures::{
-    check_f16_references, check_f32, checkpoints, decision_cases, fixtures_dir, open_text,
-    read_jsonl, unrounded_like, upstream_results, DecisionCase,
+    check_f16_references, check_f32, checkpoints, decision_cases, fixtures_dir, long_unrounded,
+    open_text, read_jsonl, unrounded_like, upstream_results, DecisionCase,
 };
 use laya_mlx::{EngineSettings, MlxEngine, Precision};
 use pyjson::{Style, Value};
@@ -168,6 +168,7 @@ fn long_windows_match_upstream() {
                 window: int("window"),
                 stride: int("stride"),
                 batch_size: int("batch_size"),
+                ..LongOptions::default()
             };
             let state = call.get("state").expect("state");
             let mine = engine
@@ -191,36 +192,4 @@ fn long_windows_match_upstream() {
         9 * checkpoints().len(),
         "every long-window case with a result is checked"
     );
-}
-
-fn long_unrounded(
-    engine: &mut Agent<MlxEngine>,
-    state: &Value,
-    questions: &[Question],
-    opts: &LongOptions,
-    mine: &StateResult,
-) -> StateResult {
-    let scan = engine.long_scan(state, questions, opts).expect("scan");
-    let states: Vec<Value> = if scan.windows.is_empty() {
-        vec![state.clone()]
-    } else {
-        scan.windows.iter().map(|w| Value::Str(w.clone())).collect()
-    };
-    let mut out = mine.clone();
-    for (qi, (q, (_, a))) in questions.iter().zip(out.answers.iter_mut()).enumerate() {
-        let index = a.window.map(|w| w.index).unwrap_or(0);
-        let rows = engine
-            .layout(
-                std::slice::from_ref(&states[index]),
-                questions,
-                &Default::default(),
-            )
-            .expect("layout");
-        let outs = engine
-            .forward
-            .run(&[rows[0][qi].row.clone()])
-            .expect("forward");
-        *a = unrounded_like(a, q, &outs[0], &engine.config);
-    }
-    out
 }

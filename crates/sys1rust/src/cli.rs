@@ -183,6 +183,11 @@ pub struct ServeArgs {
     /// Largest `max_len` / `head_max_len` a request may ask for.
     #[arg(long, env = "LAYA_MAX_TOKEN_BUDGET", default_value = "8192", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::positive_int_or(Some(s), laya_core::request::DEFAULT_MAX_TOKEN_BUDGET)))]
     pub max_token_budget: usize,
+    /// Most windows one state may be read in with `"overflow": "windows"` (the cap on a
+    /// request's `max_windows`); a state that needs more is refused with 422 before any
+    /// forward pass.
+    #[arg(long, env = "SYS1_MAX_WINDOWS", default_value_t = laya_core::request::DEFAULT_MAX_WINDOWS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_windows: usize,
     /// Token budget of one batch forward pass (larger batches are split, never refused).
     #[arg(long, env = "LAYA_MAX_BATCH_TOKENS", default_value = "131072", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::positive_int_or(Some(s), laya_core::request::DEFAULT_MAX_BATCH_TOKENS)))]
     pub max_batch_tokens: usize,

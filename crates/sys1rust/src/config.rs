@@ -29,8 +29,6 @@ pub struct ServeConfig {
     pub max_concurrent: usize,
     /// Unload every checkpoint after this long without a request (router mode).
     pub idle_unload: Option<Duration>,
-    /// Tokens a shared forward pass of queued requests may hold (0: none shared).
-    pub batch_tokens: usize,
     /// How long after a shutdown signal the server keeps accepting, `/ready` already 503.
     pub drain_delay: Duration,
 }
@@ -73,6 +71,7 @@ impl ServeConfig {
             limits: Limits {
                 max_token_budget: args.max_token_budget,
                 max_batch_tokens: args.max_batch_tokens,
+                max_windows: args.max_windows,
                 max_choice_options: if args.tournament_group > 0 {
                     MAX_TOURNAMENT_CHOICE_OPTIONS
                 } else {
@@ -104,9 +103,9 @@ impl ServeConfig {
             decide: decide::Settings {
                 routing,
                 tournament_group: args.tournament_group,
+                pass_tokens: args.batch_tokens,
             },
             max_concurrent: args.max_concurrent,
-            batch_tokens: args.batch_tokens,
             drain_delay: Duration::from_secs_f64(if args.drain_delay.is_finite() {
                 args.drain_delay.max(0.0)
             } else {
@@ -141,7 +140,6 @@ where
             capacity: cfg.max_concurrent,
             settings: cfg.decide.clone(),
             idle_unload: cfg.idle_unload,
-            pass_tokens: cfg.batch_tokens,
         },
         build,
     )

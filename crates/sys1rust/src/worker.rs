@@ -145,8 +145,6 @@ pub struct WorkerConfig {
     /// Upstream's `LAYA_IDLE_UNLOAD_SECONDS`: everything resident is unloaded once no
     /// decision has finished for that long.
     pub idle_unload: Option<Duration>,
-    /// Tokens a forward pass shared by queued requests may hold; 0 runs each alone.
-    pub pass_tokens: usize,
 }
 
 /// Starts the worker thread. `build` runs on that thread and makes the checkpoints; its
@@ -167,8 +165,9 @@ where
         capacity,
         settings,
         idle_unload,
-        pass_tokens,
     } = cfg;
+    // Tokens a forward pass shared by queued requests may hold; 0 runs each alone.
+    let pass_tokens = settings.pass_tokens;
     let (tx, rx) = mpsc::sync_channel::<Job>(capacity.max(1));
     let (ready_tx, ready_rx) = mpsc::channel();
     let published = Arc::new(Mutex::new(Published {
@@ -251,7 +250,7 @@ where
                     }
                     let _span = tracing::debug_span!("shared", requests = jobs.len()).entered();
                     let decisions: Vec<&Decision> = jobs.iter().map(|j| &j.decision).collect();
-                    decide::decide_many(&mut checkpoints, &settings, &decisions, pass_tokens)
+                    decide::decide_many(&mut checkpoints, &settings, &decisions)
                 }));
                 let inference_ms = started.elapsed().as_secs_f64() * 1e3;
                 publish(&shared, &checkpoints, true);

@@ -12,11 +12,10 @@
 //! with everything else in the body (usage, routing, errors, key order) exact.
 
 use laya_core::agent::Agent;
-use laya_core::checkpoints::Single;
 use laya_fixtures::{check_f32, checkpoints, references, unrounded_body, Replay, WORKLOADS};
 use pyjson::{Object, Style, Value};
 
-use crate::support::{checkpoint, serve_args, Server};
+use crate::support::{checkpoint, Server};
 
 /// See crates/laya-mlx/tests/answers.rs: MLX's and PyTorch's f32 differ by summation order.
 const BOUNDARY: f64 = 1e-5;
@@ -162,24 +161,10 @@ fn compare_shape(mine: &Value, up: &Value, ctx: &str, in_answer: bool) {
 }
 
 fn server(ckpt: &str, mode: Mode) -> Server {
-    let dir = checkpoint(ckpt);
     match mode {
         Mode::Recorded => Server::recorded(ckpt, &[]),
-        Mode::F32 | Mode::F16 => {
-            // What `main` does before MLX starts (on the CUDA backend it sets MLX's settings;
-            // the GPU harness runs this test alone).
-            static MLX_SETTINGS: std::sync::Once = std::sync::Once::new();
-            MLX_SETTINGS.call_once(|| {
-                laya_mlx::backend::configure_process();
-            });
-            let precision = if mode == Mode::F32 { "--f32" } else { "--f16" };
-            let engine = serve_args(&["--model", dir.to_str().expect("utf-8"), precision])
-                .model
-                .engine;
-            Server::in_process(&[precision], &dir, move |dir| {
-                Single::new(engine.load_agent(dir).expect("the checkpoint loads"), None)
-            })
-        }
+        Mode::F32 => Server::mlx(ckpt, "--f32", &[]),
+        Mode::F16 => Server::mlx(ckpt, "--f16", &[]),
     }
 }
 

@@ -7,6 +7,7 @@
 //! * `router`: upstream's router over the three fixture checkpoints, every configuration of
 //!   its references, by the real binary;
 //! * `transport`: real sockets: admission under slow uploads, idle connections, SIGTERM;
+//! * `windows`: long states read in windows (`overflow`), against upstream's `predict_long`;
 //! * `batching`: queued requests sharing forward passes, answers unchanged;
 //! * `reliability`: clients that never read, early errors, abandoned and overdue requests;
 //! * `serving`: what operators see: request logs and ids, readiness, drain, `--version`;
@@ -25,3 +26,4 @@ mod serving;
 #[allow(dead_code)]
 mod support;
 mod transport;
+mod windows;

@@ -86,7 +86,7 @@ pub enum RequestError {
     /// the router's (it lists the registry).
     #[error("{0}")]
     UnknownModel(String),
-    /// Step 12: `max_len` / `head_max_len`.
+    /// Step 12: `max_len` / `head_max_len` (and sys1rust's `window`, `stride`, `max_windows`).
     #[error("{key} {problem}")]
     Budget {
         key: &'static str,
@@ -119,6 +119,9 @@ pub enum RequestError {
     /// §7: `sort_by_length` not a boolean.
     #[error("sort_by_length must be a boolean")]
     SortByLength,
+    /// sys1rust's `overflow`: neither `"truncate"` nor `"windows"`; `repr` is Python's.
+    #[error("overflow must be 'truncate' or 'windows', got {repr}")]
+    Overflow { repr: String },
 }
 
 /// What is wrong with a token budget value (§4.7).
@@ -174,7 +177,8 @@ impl RequestError {
             | ConfidenceThreshold { .. }
             | BatchSizeType
             | BatchSizeValue { .. }
-            | SortByLength => RequestErrorKind::Invalid,
+            | SortByLength
+            | Overflow { .. } => RequestErrorKind::Invalid,
         }
     }
 

@@ -2,7 +2,7 @@
 //! with (§12.1). The values come from the caller: this crate reads no environment.
 
 use super::{
-    DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_TOKEN_BUDGET, MAX_CHOICE_OPTIONS,
+    DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_TOKEN_BUDGET, DEFAULT_MAX_WINDOWS, MAX_CHOICE_OPTIONS,
     MAX_TOURNAMENT_CHOICE_OPTIONS,
 };
 
@@ -26,6 +26,8 @@ pub struct Limits {
     /// Tokens one batch forward pass may collate (`LAYA_MAX_BATCH_TOKENS`, per request); sizes
     /// the batch route's chunks, never refuses.
     pub max_batch_tokens: usize,
+    /// sys1rust's cap on the windows one state may need with `overflow: "windows"`.
+    pub max_windows: usize,
 }
 
 impl Default for Limits {
@@ -39,6 +41,7 @@ impl Default for Limits {
             max_states: 64,
             max_token_budget: DEFAULT_MAX_TOKEN_BUDGET,
             max_batch_tokens: DEFAULT_MAX_BATCH_TOKENS,
+            max_windows: DEFAULT_MAX_WINDOWS,
         }
     }
 }

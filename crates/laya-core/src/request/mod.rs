@@ -13,9 +13,11 @@
 use std::cmp::{max, min};
 mod error;
 mod limits;
+mod overflow;
 
 pub use error::{BudgetProblem, RequestError, RequestErrorKind};
 pub use limits::{positive_int_or, tournament_group, Limits};
+pub use overflow::{Overflow, Windows};
 
 use crate::agent::BatchOptions;
 use crate::confidence::{bucket_keys, MinConfidence};
@@ -30,6 +32,8 @@ pub const MAX_TOURNAMENT_CHOICE_OPTIONS: usize = 255;
 pub const DEFAULT_MAX_TOKEN_BUDGET: usize = 8192;
 /// `DEFAULT_MAX_BATCH_TOKENS` (`LAYA_MAX_BATCH_TOKENS`'s default).
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 131_072;
+/// The server's default cap on `max_windows` (`--max-windows`).
+pub const DEFAULT_MAX_WINDOWS: usize = 16;
 /// `_BATCH_ROW_TOKENS_ASSUMED`: row width the batch chunking assumes without a `max_len`.
 const BATCH_ROW_TOKENS_ASSUMED: usize = 512;
 /// `_STATE_PROBE_VALUES`: values the state-size pre-scan may pop (§5.4).
@@ -64,6 +68,8 @@ pub struct DecisionRequest {
     /// `max_len` / `head_max_len` as sent (`None` = checkpoint default); `batch_size` is `None`.
     pub opts: BatchOptions,
     pub min_confidence: Option<MinConfidence>,
+    /// sys1rust's opt-in `overflow` (checked after step 14).
+    pub overflow: Overflow,
 }
 
 /// A `POST /v1/systemone/batch` body that passed the route's checks.
@@ -86,6 +92,8 @@ pub struct BatchRequest {
     pub min_confidence: Option<MinConfidence>,
     /// True only when the body sent `sort_by_length: true` (upstream forwards nothing else).
     pub sort_by_length: bool,
+    /// As [`DecisionRequest::overflow`], for every state (checked after `sort_by_length`).
+    pub overflow: Overflow,
 }
 
 /// Validates a `POST /v1/systemone` body (§5.1 steps 6-14). The `model` field (step 11) is
@@ -112,6 +120,7 @@ pub fn parse_decision(
         return Err(RequestError::LoneSurrogate); // step 10
     }
     let controls = check_controls(&obj, limits, routing)?; // steps 11-14
+    let overflow = overflow::check_overflow(&obj, limits.max_token_budget, limits.max_windows)?;
 
     let state = take(&mut obj, "state");
     let questions = take_object(&mut obj, "questions")?;
@@ -129,6 +138,7 @@ pub fn parse_decision(
             batch_size: None,
         },
         min_confidence: controls.min_confidence,
+        overflow,
     })
 }
 
@@ -187,6 +197,7 @@ pub fn parse_batch(
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(RequestError::SortByLength),
     };
+    let overflow = overflow::check_overflow(&obj, limits.max_token_budget, limits.max_windows)?;
 
     let n_states = states.len();
     let n_questions = match questions {
@@ -225,6 +236,7 @@ pub fn parse_batch(
         },
         min_confidence: controls.min_confidence,
         sort_by_length,
+        overflow,
     })
 }
 

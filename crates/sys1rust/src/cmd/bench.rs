@@ -111,6 +111,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let settings = decide::Settings {
         routing: RoutingConfig::single_source(&super::repo_label(&resolved)),
         tournament_group: 0,
+        pass_tokens: 0,
     };
     let (lines, mut skipped) = read_workload(&bytes, &settings.routing);
 

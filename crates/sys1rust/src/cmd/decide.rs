@@ -29,6 +29,7 @@ pub fn run(args: &DecideArgs) -> anyhow::Result<()> {
     let settings = decide::Settings {
         routing: RoutingConfig::single_source(&super::repo_label(&resolved)),
         tournament_group: 0,
+        pass_tokens: 0,
     };
     // The server's `detail` (or the failure behind its 500), as the error.
     let refused = |e: ApiError| anyhow::anyhow!("{e}");

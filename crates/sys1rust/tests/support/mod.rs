@@ -82,6 +82,26 @@ impl Server {
         })
     }
 
+    /// The fixture checkpoint `name` in process on MLX (the CPU here), `precision` being
+    /// `--f32` or `--f16`, with `extra` flags.
+    pub fn mlx(name: &str, precision: &str, extra: &[&str]) -> Server {
+        let dir = checkpoint(name);
+        // What `main` does before MLX starts (on the CUDA backend it sets MLX's settings; the
+        // GPU harness runs these tests alone).
+        static MLX_SETTINGS: std::sync::Once = std::sync::Once::new();
+        MLX_SETTINGS.call_once(|| {
+            laya_mlx::backend::configure_process();
+        });
+        let engine = serve_args(&["--model", dir.to_str().expect("utf-8"), precision])
+            .model
+            .engine;
+        let mut flags = vec![precision];
+        flags.extend_from_slice(extra);
+        Server::in_process(&flags, &dir, move |dir| {
+            Single::new(engine.load_agent(dir).expect("the checkpoint loads"), None)
+        })
+    }
+
     /// [`Server::tiny`] whose engine waits at a [`Gate`] before every forward pass.
     pub fn gated(extra: &[&str]) -> (Server, std::sync::Arc<Gate>) {
         let gate = std::sync::Arc::new(Gate::default());
