@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Runs jevcompat (PyPI) against `sys1rust serve` and against upstream laya-serve 0.4.15 in the
 # same five configurations, writing results/jevcompat-<name>.{txt,json} (and .md for sys1rust).
-# Needs: target/release/sys1rust, the oracle venv (../.oracle-venv, shared/oracle/setup_venv.sh)
-# and a jevcompat venv: python3 -m venv target/jevcompat-venv && target/jevcompat-venv/bin/pip install jevcompat==0.1.1
-# Usage: results/jevcompat-run.sh   (from the repository root; about 3 minutes)
+# Needs: target/release/sys1rust, jevcompat from scripts/setup-jev.sh (target/jev-venv) and,
+# for upstream, the oracle venv (../.oracle-venv, shared/oracle/setup_venv.sh).
+# Usage: results/jevcompat-run.sh [sys1rust]   (from the repository root; about 3 minutes;
+#        `sys1rust` runs only sys1rust's configurations)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-CKPT=$(cd ../shared/fixtures/checkpoints/tiny && pwd)
-JEV=$ROOT/target/jevcompat-venv/bin/jevcompat
+CKPT=$ROOT/crates/laya-fixtures/data/checkpoints/tiny
+JEV=$(dirname "$(bash scripts/setup-jev.sh)")/jevcompat
 UPSTREAM_PY=$(cd .. && pwd)/.oracle-venv/bin/python
-OUT=$ROOT/results
+OUT=results
 
 wait_up() {  # port
   for _ in $(seq 1 300); do
@@ -53,11 +54,12 @@ upstream() {  # name port jevcompat-args env...
 }
 
 "$JEV" --version
-sys1 strict 18810 "--key s3cret" --jev-strict --tournament-group 16 --api-key s3cret
-sys1 strict-nokey 18811 "" --jev-strict --tournament-group 16
-sys1 strict-notournament 18812 "" --jev-strict
+sys1 strict 18810 "--key s3cret" --jev-strict --api-key s3cret
+sys1 strict-nokey 18811 "" --jev-strict
+sys1 strict-notournament 18812 "" --jev-strict --tournament-group 0
 sys1 default 18813 ""
 sys1 default-tournament 18814 "" --tournament-group 16
+[ "${1:-}" = sys1rust ] && exit 0
 upstream strict 18820 "--key s3cret" LAYA_JEV_STRICT=1 LAYA_TOURNAMENT_GROUP=16 LAYA_API_KEY=s3cret
 upstream strict-nokey 18821 "" LAYA_JEV_STRICT=1 LAYA_TOURNAMENT_GROUP=16
 upstream strict-notournament 18822 "" LAYA_JEV_STRICT=1

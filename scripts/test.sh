@@ -25,4 +25,8 @@ else
   echo "test.sh: NVRTC unavailable; laya-cuda's kernel compile test will skip" >&2
 fi
 
+# jevcompat and Jev's Python client, pinned, for the strict-mode tests (tests/jev.rs).
+SYS1_JEV_PYTHON=$(bash scripts/setup-jev.sh)
+export SYS1_JEV_PYTHON
+
 exec cargo test --workspace --release "$@"

@@ -2,7 +2,7 @@
 //! (`laya_core::request`), routing, question checks, prompt layout and tokenization, decoding
 //! and rendering (`laya_core::decide`, `render`), on the `tiny` fixture checkpoint with the
 //! recorded-logits engine. Never a panic; an answer renders to JSON that parses. The first
-//! byte picks the route and the settings, the rest is the body.
+//! byte picks the route, the settings and strict Jev mode's rules, the rest is the body.
 #![no_main]
 
 use std::sync::{Mutex, OnceLock};
@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
     if tournament_group > 0 {
         limits.max_choice_options = laya_core::request::MAX_TOURNAMENT_CHOICE_OPTIONS;
     }
-    let decision: Decision = if batch {
+    let mut decision: Decision = if batch {
         match parse_batch(body, &limits, &routing) {
             Ok(r) => r.into(),
             Err(e) => return assert!(!e.to_string().is_empty()),
@@ -50,6 +50,12 @@ fuzz_target!(|data: &[u8]| {
             Err(e) => return assert!(!e.to_string().is_empty()),
         }
     };
+    // Strict Jev mode's request rules.
+    if pick & 16 != 0 {
+        if let Err(e) = laya_core::request::jev::apply(&mut decision.questions) {
+            return assert!(!e.to_string().is_empty());
+        }
+    }
     let settings = Settings {
         routing,
         tournament_group,

@@ -180,6 +180,21 @@ impl DecideError {
             DecideError::Load { .. } => false,
         }
     }
+
+    /// Where in the body a caller error points (see [`crate::request::RequestError::field`]).
+    pub fn field(&self) -> crate::request::Field {
+        let at = |path: &[&str], kind: &'static str| crate::request::Field {
+            path: path.iter().map(|p| (*p).to_owned()).collect(),
+            kind,
+        };
+        match self {
+            DecideError::UnknownTask(_) => at(&["task"], "value_error"),
+            DecideError::TooManyWindows { .. } => at(&["max_windows"], "too_long"),
+            DecideError::WindowsWithTournament { .. } => at(&["overflow"], "value_error"),
+            DecideError::Predict(PredictError::Windows(_)) => at(&["stride"], "value_error"),
+            _ => at(&["questions"], "value_error"),
+        }
+    }
 }
 
 /// Answers one validated request: upstream's work inside the inference gate.

@@ -332,6 +332,8 @@ pub fn batch_body(d: &Decided, output: Output) -> Result<String, NonFinite> {
 /// Strict Jev mode (`LAYA_JEV_STRICT`): only the contracted keys, in Jev's order
 /// (choice: `type, choice, confidence, probabilities`; score: `type, score, confidence,
 /// probabilities, legend`; noul: `type, noul`; usage: the two token counts), no `routing`.
+/// `confidence` is Jev's (what full mode sends as `x_jev_confidence`), not upstream's
+/// normalised entropy: a Jev client compares it against Jev's thresholds.
 fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonFinite> {
     out.push_str("{\"model\":\"laya-rl-agent\",\"answers\":{");
     for (i, (qid, a)) in r.answers.iter().enumerate() {
@@ -353,7 +355,7 @@ fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonFinit
                 out.push_str(&pyjson::dumps(choice, Style::Compact).map_err(|_| NonFinite)?);
                 out.push(',');
                 key(out, "confidence");
-                float(out, *confidence)?;
+                float(out, a.x_jev_confidence.unwrap_or(*confidence))?;
                 out.push(',');
                 key(out, "probabilities");
                 write_choice_probabilities(out, probabilities)?;
@@ -369,7 +371,7 @@ fn write_result_strict(out: &mut String, r: &StateResult) -> Result<(), NonFinit
                 float(out, *score)?;
                 out.push(',');
                 key(out, "confidence");
-                float(out, *confidence)?;
+                float(out, a.x_jev_confidence.unwrap_or(*confidence))?;
                 out.push(',');
                 key(out, "probabilities");
                 write_level_probabilities(out, probabilities)?;

@@ -174,7 +174,7 @@ pub struct ServeArgs {
     /// every request alone. Nothing waits for a batch to fill.
     #[arg(long, env = "SYS1_BATCH_TOKENS", default_value_t = 32768)]
     pub batch_tokens: usize,
-    /// Strict Jev output: only the contracted keys.
+    /// Jev's contract: only its keys, its confidence, its error shapes, `GET /v1/models`.
     #[arg(long, env = "LAYA_JEV_STRICT", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
     pub jev_strict: bool,
     /// Seconds to receive a whole request body (408 after).
@@ -195,9 +195,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LAYA_DEFAULT_MODEL", default_value = "multilingual")]
     pub default_model: String,
     /// Answer a choice with more options than this by elimination in groups of this size
-    /// (2-100; anything else is off), which also raises the per-choice cap to 255.
-    #[arg(long, env = "LAYA_TOURNAMENT_GROUP", default_value = "0", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::tournament_group(Some(s))))]
-    pub tournament_group: usize,
+    /// (2-100; anything else is off), which also raises the per-choice cap to 255. Off by
+    /// default, except with --jev-strict, where it is 100 (Jev takes choices of up to 255
+    /// options; one pass still answers up to 100).
+    #[arg(long, env = "LAYA_TOURNAMENT_GROUP", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::tournament_group(Some(s))))]
+    pub tournament_group: Option<usize>,
     /// Route requests whose question ids match a typed-decisions workflow to typed-decisions.
     #[arg(long, env = "LAYA_AUTO_TASK", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
     pub auto_task: bool,

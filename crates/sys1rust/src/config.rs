@@ -15,6 +15,11 @@ use crate::cli::ServeArgs;
 use crate::http::{AppState, HttpConfig};
 use crate::registry::Registry;
 use crate::server::ConnLimits;
+
+/// The tournament group of strict Jev mode unless one is given: Jev takes choices of up to
+/// 255 options, and a group of 100 narrows only what one pass cannot hold, so every choice
+/// one pass answers is answered as without a tournament.
+pub const JEV_TOURNAMENT_GROUP: usize = 100;
 use crate::worker::{self, Owned, Started};
 
 /// Everything `serve` needs besides the model itself.
@@ -65,6 +70,11 @@ impl ServeConfig {
             }
             _ => None,
         };
+        let tournament_group = args.tournament_group.unwrap_or(if args.jev_strict {
+            JEV_TOURNAMENT_GROUP
+        } else {
+            0
+        });
         let http = HttpConfig {
             api_key: args.api_key.clone().filter(|k| !k.is_empty()),
             body_timeout: Duration::from_secs_f64(args.body_timeout),
@@ -72,7 +82,7 @@ impl ServeConfig {
                 max_token_budget: args.max_token_budget,
                 max_batch_tokens: args.max_batch_tokens,
                 max_windows: args.max_windows,
-                max_choice_options: if args.tournament_group > 0 {
+                max_choice_options: if tournament_group > 0 {
                     MAX_TOURNAMENT_CHOICE_OPTIONS
                 } else {
                     MAX_CHOICE_OPTIONS
@@ -102,7 +112,7 @@ impl ServeConfig {
             },
             decide: decide::Settings {
                 routing,
-                tournament_group: args.tournament_group,
+                tournament_group,
                 pass_tokens: args.batch_tokens,
             },
             max_concurrent: args.max_concurrent,

@@ -1945,6 +1945,7 @@ fn metrics_and_openapi(s: &Server) {
         [
             "/v1/systemone",
             "/v1/systemone/batch",
+            "/v1/models",
             "/health",
             "/metrics",
             "/ready",
@@ -2333,7 +2334,13 @@ fn strict_server() {
     c.run("connection cap", || connection_cap(&s));
     c.run("keep-alive timeout", || keep_alive(&s));
     c.run("strict 121", || strict(&s));
-    c.run("max-concurrent 0 (142)", || behaves_as_16(&s, "142 (0)"));
+    c.run("max-concurrent 0 (142)", || {
+        behaves_as_16(
+            &s,
+            "142 (0)",
+            r#"{"detail":{"error_type":"overloaded_error","message":"server busy, try again later"}}"#,
+        )
+    });
     c.run("differences (environment)", || differences_env(&s));
     c.finish();
 }
@@ -2386,21 +2393,20 @@ fn strict(s: &Server) {
     for item in o.get("results").and_then(Value::as_array).expect("results") {
         check("121 (batch)", item.as_object().expect("object"));
     }
-    let o = ok(
-        "121 (empty)",
+    // Difference: Jev's contract, not upstream's strict mode (which answers no questions
+    // with an empty 200 and keeps its 400): a request asks something, and a refusal of its
+    // content is a 422 listing where it is.
+    expect(
+        "121 (empty, difference)",
         &s.post_json("/v1/systemone", r#"{"state":"x","questions":{}}"#),
+        422,
+        r#"{"detail":[{"loc":["body","questions"],"msg":"questions must hold at least one question","type":"too_short"}]}"#,
     );
-    assert_eq!(
-        compact(&Value::Object(o)),
-        r#"{"model":"laya-rl-agent","answers":{},"usage":{"input_tokens":0,"output_tokens":0}}"#,
-        "case 121 (empty)"
-    );
-    // Errors are unchanged by strict mode.
-    expect_detail(
-        "121 (errors)",
+    expect(
+        "121 (errors, difference)",
         &s.post_json("/v1/systemone", "{not json"),
-        400,
-        "request body must be valid JSON",
+        422,
+        r#"{"detail":[{"loc":["body"],"msg":"request body must be valid JSON","type":"json_invalid"}]}"#,
     );
 }
 
@@ -2408,14 +2414,15 @@ fn strict(s: &Server) {
 ///
 /// The 16 hold their slots by stalling their uploads; they finish them afterwards rather than
 /// waiting for the body deadline, so a slow machine cannot free a slot before the 17th arrives.
-fn behaves_as_16(s: &Server, case: &str) {
+/// `busy` is the 503's body (upstream's, or Jev's in strict mode).
+fn behaves_as_16(s: &Server, case: &str, busy: &str) {
     let valid = with_q1("\"x\"", "");
     let stalled: Vec<TcpStream> = (0..16)
         .map(|_| s.stall("/v1/systemone", &[], valid.len(), &valid.as_bytes()[..1]))
         .collect();
     s.wait_admitted(16, None);
     let r = s.post_json("/v1/systemone", &valid);
-    expect_detail(case, &r, 503, "server busy, try again later");
+    expect(case, &r, 503, busy);
     assert_eq!(r.header("retry-after"), Some("1"), "case {case}");
     let answered: Vec<Response> = stalled
         .into_iter()
@@ -2463,11 +2470,11 @@ fn differences_env(s: &Server) {
     );
     // LAYA_MAX_TOKEN_BUDGET and LAYA_JEV_STRICT (difference): read once at start (upstream
     // reads them per request); the start-up values are in force.
-    expect_detail(
+    expect(
         "token budget (difference)",
         &s.post_json("/v1/systemone", &with_q1("\"x\"", r#","max_len":101"#)),
         422,
-        "max_len exceeds server limit (101 > 100)",
+        r#"{"detail":[{"loc":["body","max_len"],"msg":"max_len exceeds server limit (101 > 100)","type":"value_error"}]}"#,
     );
 }
 
@@ -2501,7 +2508,7 @@ fn limits_server() {
     c.run("auto task 124", || auto_task(&s));
     c.run("tournament (§12.3)", || tournament(&s));
     c.run("max-concurrent abc (142)", || {
-        behaves_as_16(&s, "142 (abc)")
+        behaves_as_16(&s, "142 (abc)", &d("server busy, try again later"))
     });
     c.finish();
 }

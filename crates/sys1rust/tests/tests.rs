@@ -7,6 +7,7 @@
 //! * `router`: upstream's router over the three fixture checkpoints, every configuration of
 //!   its references, by the real binary;
 //! * `transport`: real sockets: admission under slow uploads, idle connections, SIGTERM;
+//! * `jev`: strict Jev mode against jevcompat and Jev's Python client, and its own rules;
 //! * `windows`: long states read in windows (`overflow`), against upstream's `predict_long`;
 //! * `batching`: queued requests sharing forward passes, answers unchanged;
 //! * `reliability`: clients that never read, early errors, abandoned and overdue requests;
@@ -18,6 +19,7 @@ mod batching;
 mod conformance;
 mod hub;
 mod install;
+mod jev;
 mod readme_example;
 mod reliability;
 mod replay;

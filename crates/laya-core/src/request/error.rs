@@ -119,9 +119,20 @@ pub enum RequestError {
     /// §7: `sort_by_length` not a boolean.
     #[error("sort_by_length must be a boolean")]
     SortByLength,
+    /// Strict Jev mode only: Jev asks at least one question per request.
+    #[error("questions must hold at least one question")]
+    NoQuestions,
     /// sys1rust's `overflow`: neither `"truncate"` nor `"windows"`; `repr` is Python's.
     #[error("overflow must be 'truncate' or 'windows', got {repr}")]
     Overflow { repr: String },
+}
+
+/// Where a refused value sits in the request body, below the body itself, and the kind of
+/// refusal (see [`RequestError::field`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    pub path: Vec<String>,
+    pub kind: &'static str,
 }
 
 /// What is wrong with a token budget value (§4.7).
@@ -178,7 +189,62 @@ impl RequestError {
             | BatchSizeType
             | BatchSizeValue { .. }
             | SortByLength
+            | NoQuestions
             | Overflow { .. } => RequestErrorKind::Invalid,
+        }
+    }
+
+    /// Where in the body the refused value is and what kind of refusal it is, in the
+    /// vocabulary of Jev's validation errors (`{"loc": ["body", ...], "type": ...}`).
+    pub fn field(&self) -> Field {
+        use RequestError::*;
+        let at = |path: &[&str], kind: &'static str| Field {
+            path: path.iter().map(|p| (*p).to_owned()).collect(),
+            kind,
+        };
+        match self {
+            InvalidJson => at(&[], "json_invalid"),
+            NotARequest { batch: false } => at(&["questions"], "missing"),
+            NotARequest { batch: true } => at(&["states"], "missing"),
+            StatesNotAList => at(&["states"], "list_type"),
+            TooManyStates { .. } => at(&["states"], "too_long"),
+            StateRequired => at(&["state"], "missing"),
+            QuestionsNotAnObject => at(&["questions"], "dict_type"),
+            TooManyQuestions { .. } | TooManyOptions { .. } => at(&["questions"], "too_long"),
+            NoQuestions => at(&["questions"], "too_short"),
+            TooManyChoiceOptions { qid, .. } | TooManyScoreLevels { qid, .. } => Field {
+                path: vec!["questions".into(), qid.clone(), "criteria".into()],
+                kind: "too_long",
+            },
+            NullScoreLevel { qid, index } => Field {
+                path: vec![
+                    "questions".into(),
+                    qid.clone(),
+                    "criteria".into(),
+                    index.to_string(),
+                ],
+                kind: "string_type",
+            },
+            StateTooLarge { .. } => at(&["state"], "too_long"),
+            HooksRefused { names } => Field {
+                path: names
+                    .first()
+                    .map(|n| vec![(*n).to_owned()])
+                    .unwrap_or_default(),
+                kind: "extra_forbidden",
+            },
+            Diagnostics => at(&["diagnostics"], "extra_forbidden"),
+            LoneSurrogate => at(&[], "string_unicode"),
+            UnknownModel(_) => at(&["model"], "value_error"),
+            Budget { key, .. } => at(&[key], "value_error"),
+            Lang { key } => at(&[key], "string_type"),
+            EmptyConfidenceMap
+            | ConfidenceBucket { .. }
+            | ConfidenceThreshold { .. }
+            | ConfidenceOverflow => at(&["min_confidence"], "value_error"),
+            BatchSizeType | BatchSizeValue { .. } => at(&["batch_size"], "value_error"),
+            SortByLength => at(&["sort_by_length"], "bool_type"),
+            Overflow { .. } => at(&["overflow"], "value_error"),
         }
     }
 

@@ -12,10 +12,11 @@
 
 use std::cmp::{max, min};
 mod error;
+pub mod jev;
 mod limits;
 mod overflow;
 
-pub use error::{BudgetProblem, RequestError, RequestErrorKind};
+pub use error::{BudgetProblem, Field, RequestError, RequestErrorKind};
 pub use limits::{positive_int_or, tournament_group, Limits};
 pub use overflow::{Overflow, Windows};
 

@@ -5,7 +5,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use laya_core::decide::DecideError;
-use laya_core::render::NonFinite;
+use laya_core::render::{NonFinite, Output};
 use laya_core::request::{RequestError, RequestErrorKind};
 
 use super::request_log::Facts;
@@ -123,30 +123,91 @@ pub fn json_response(status: StatusCode, body: String) -> Response {
     resp
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let answer = self.answer();
+impl ApiError {
+    /// Strict Jev mode's answer: Jev's statuses and shapes. A refusal of the request's content
+    /// is a 422 whose `detail` lists where it is (`{"loc": ["body", ...], "msg", "type"}`, the
+    /// shape Jev's validation errors have); anything else keeps its status and says its kind
+    /// (`{"detail": {"error_type", "message"}}`).
+    fn jev_answer(&self) -> (StatusCode, String) {
+        let typed = |status: StatusCode, kind: &str, message: &str| {
+            let mut body = String::from("{\"detail\":{\"error_type\":");
+            pyjson::write_str(&mut body, kind);
+            body.push_str(",\"message\":");
+            pyjson::write_str(&mut body, message);
+            body.push_str("}}");
+            (status, body)
+        };
+        let invalid = |field: laya_core::request::Field, message: &str| {
+            let mut body = String::from("{\"detail\":[{\"loc\":[\"body\"");
+            for part in &field.path {
+                body.push(',');
+                pyjson::write_str(&mut body, part);
+            }
+            body.push_str("],\"msg\":");
+            pyjson::write_str(&mut body, message);
+            body.push_str(",\"type\":");
+            pyjson::write_str(&mut body, field.kind);
+            body.push_str("}]}");
+            (StatusCode::UNPROCESSABLE_ENTITY, body)
+        };
+        let text = self.to_string();
+        match self {
+            ApiError::Unauthorized => {
+                typed(StatusCode::UNAUTHORIZED, "authentication_error", &text)
+            }
+            ApiError::Busy => typed(StatusCode::SERVICE_UNAVAILABLE, "overloaded_error", &text),
+            ApiError::NotFound => typed(StatusCode::NOT_FOUND, "not_found_error", &text),
+            ApiError::MethodNotAllowed(_) => typed(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                &text,
+            ),
+            ApiError::BodyTooLarge => {
+                typed(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", &text)
+            }
+            ApiError::BodyTimeout => typed(StatusCode::REQUEST_TIMEOUT, "timeout_error", &text),
+            ApiError::Timeout => typed(StatusCode::GATEWAY_TIMEOUT, "timeout_error", &text),
+            ApiError::Request(e) if e.kind() == RequestErrorKind::TooLarge => {
+                typed(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", &text)
+            }
+            ApiError::Request(e) => invalid(e.field(), &text),
+            ApiError::Worker(WorkerError::Decide(e)) if e.is_caller_error() => {
+                invalid(e.field(), &text)
+            }
+            ApiError::Worker(_) => typed(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "api_error",
+                "inference failed",
+            ),
+            ApiError::Render(_) => invalid(
+                laya_core::request::Field {
+                    path: vec!["questions".to_owned()],
+                    kind: "value_error",
+                },
+                &text,
+            ),
+        }
+    }
+
+    /// The response in the contract the server speaks: upstream's, or Jev's in strict mode.
+    pub fn respond(self, output: Output) -> Response {
+        match output {
+            Output::Full => self.into_response(),
+            Output::JevStrict => {
+                let (status, body) = self.jev_answer();
+                self.finish(json_response(status, body))
+            }
+        }
+    }
+
+    /// The headers an error's response carries whatever its body, and its cause for the log.
+    fn finish(self, mut resp: Response) -> Response {
         // The request's log line names the cause: the full chain, which a 500's fixed detail
         // hides from the client.
-        let facts = Facts {
+        resp.extensions_mut().insert(Facts {
             error: Some(cause_chain(&self)),
             ..Facts::default()
-        };
-        if answer.plain_text {
-            let mut resp = (answer.status, answer.detail).into_response();
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            resp.extensions_mut().insert(facts);
-            return resp;
-        }
-        let mut body = String::with_capacity(answer.detail.len() + 12);
-        body.push_str("{\"detail\":");
-        pyjson::write_str(&mut body, &answer.detail);
-        body.push('}');
-        let mut resp = json_response(answer.status, body);
-        resp.extensions_mut().insert(facts);
+        });
         match self {
             ApiError::Busy => {
                 resp.headers_mut()
@@ -159,6 +220,29 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         resp
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let answer = self.answer();
+        if answer.plain_text {
+            let mut resp = (answer.status, answer.detail).into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            resp.extensions_mut().insert(Facts {
+                error: Some(cause_chain(&self)),
+                ..Facts::default()
+            });
+            return resp;
+        }
+        let mut body = String::with_capacity(answer.detail.len() + 12);
+        body.push_str("{\"detail\":");
+        pyjson::write_str(&mut body, &answer.detail);
+        body.push('}');
+        self.finish(json_response(answer.status, body))
     }
 }
 

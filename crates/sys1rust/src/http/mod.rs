@@ -9,6 +9,7 @@
 
 pub mod body;
 mod error;
+mod jev;
 mod metrics;
 mod openapi;
 pub mod ready;
@@ -115,10 +116,19 @@ pub fn app(state: AppState) -> Router {
     if open {
         router = router.route("/openapi.json", only("GET", get(openapi::document)));
     }
-    router
+    let strict = state.cfg.output == Output::JevStrict;
+    if strict {
+        router = router.route("/v1/models", only("GET", get(jev::models)));
+    }
+    let router = router
         .fallback(not_found)
         .with_state(state)
-        .layer(axum::middleware::from_fn(request_log::layer))
+        .layer(axum::middleware::from_fn(request_log::layer));
+    if strict {
+        router.layer(axum::middleware::from_fn(jev::request_id))
+    } else {
+        router
+    }
 }
 
 /// Unknown paths are 404, except that a trailing slash on a known route redirects (307) to
@@ -149,7 +159,7 @@ async fn not_found(State(state): State<AppState>, headers: HeaderMap, uri: Uri) 
 
 /// Upstream's bearer rule: the first `Authorization` header, whitespace-trimmed by the HTTP
 /// parser, must equal `Bearer <key>` byte for byte (constant-time).
-fn authorized(cfg: &HttpConfig, headers: &HeaderMap) -> bool {
+pub(crate) fn authorized(cfg: &HttpConfig, headers: &HeaderMap) -> bool {
     let Some(key) = &cfg.api_key else { return true };
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return false;
@@ -229,10 +239,13 @@ async fn decision(
     let admitted_at = Instant::now();
     let (admitted, bytes) = admit_and_read(state, headers, body).await?;
     let cfg = &state.cfg;
-    let decision: Decision = match route {
+    let mut decision: Decision = match route {
         Route::Single => request::parse_decision(&bytes, &cfg.limits, &cfg.routing)?.into(),
         Route::Batch => request::parse_batch(&bytes, &cfg.limits, &cfg.routing)?.into(),
     };
+    if cfg.output == Output::JevStrict {
+        request::jev::apply(&mut decision.questions)?;
+    }
     // The slot is held by this handler and by the queued job, until both are done.
     let answer = state.worker.decide(decision, admitted.clone());
     let Answer {
@@ -276,7 +289,7 @@ async fn counted(state: AppState, route: Route, headers: HeaderMap, body: Body) 
     let mut facts = Facts::default();
     let mut resp = decision(&state, route, &headers, body, &mut facts)
         .await
-        .unwrap_or_else(IntoResponse::into_response);
+        .unwrap_or_else(|e| e.respond(state.cfg.output));
     // An error's response carries its cause; the decision's facts join it.
     if let Some(cause) = resp
         .extensions_mut()
@@ -372,7 +385,7 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
 /// `GET /metrics` (Prometheus text). Behind the bearer whenever a key is set.
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if !authorized(&state.cfg, &headers) {
-        return ApiError::Unauthorized.into_response();
+        return ApiError::Unauthorized.respond(state.cfg.output);
     }
     let mut resp = state
         .metrics
