@@ -46,6 +46,11 @@ impl RepoCache {
         (!repo.is_empty()).then_some(repo)
     }
 
+    /// `<hub>/models--org--name`: everything cached of the repo (the locks live elsewhere).
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
     pub(crate) fn blobs(&self) -> PathBuf {
         self.root.join("blobs")
     }

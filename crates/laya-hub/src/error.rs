@@ -191,6 +191,30 @@ pub enum HubError {
     /// An injected model table is inconsistent.
     #[error("invalid model table: {0}")]
     InvalidModelTable(String),
+
+    /// `rm` of a model the cache does not hold.
+    #[error("{name} is not in the cache ({path})")]
+    NothingCached {
+        /// The model as named.
+        name: String,
+        /// Where it would be.
+        path: PathBuf,
+    },
+
+    /// `rm` of a local directory: it is the user's, not the cache's.
+    #[error(
+        "{0} is a local directory, not a cached model; sys1rust rm only removes what it downloaded"
+    )]
+    NotInCache(PathBuf),
+
+    /// `rm` while a process serves the model or pulls it.
+    #[error("{name} is in use by {by}; stop it first")]
+    InUse {
+        /// The model as named.
+        name: String,
+        /// `a running server` or `a download`.
+        by: &'static str,
+    },
 }
 
 impl HubError {

@@ -14,7 +14,7 @@ use crate::config::HubConfig;
 use crate::download::Client;
 use crate::error::HubError;
 use crate::list::CachedModel;
-use crate::lock::{lock_blob, lock_repo};
+use crate::lock::{lock_blob, lock_repo, InUse};
 use crate::models::{Digest, KnownModel, ModelTable, CHECKPOINT_FILES};
 use crate::progress::Progress;
 use crate::spec::{check_revision, is_commit_prefix, ModelSpec};
@@ -80,6 +80,45 @@ impl Hub {
     /// What the cache holds (see [`CachedModel`] for what is listed and in which order).
     pub fn list(&self) -> Vec<CachedModel> {
         crate::list::list(&self.config.cache_dir, &self.config.models)
+    }
+
+    /// Marks a resolved model's repo as served (see [`InUse`]); `None` for a local directory.
+    pub fn hold(&self, resolved: &ResolvedModel) -> Result<Option<InUse>, HubError> {
+        match &resolved.repo {
+            Some(repo) => {
+                crate::lock::hold_in_use(&RepoCache::new(&self.config.cache_dir, repo)).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// `sys1rust rm`: deletes every cached revision of what `spec` names, unless a server
+    /// holds it ([`Hub::hold`]) or a pull is writing it. Returns the repo folder removed and
+    /// the bytes it held.
+    pub fn remove(&self, spec: &str) -> Result<(PathBuf, u64), HubError> {
+        let repo = match self.parse(spec)? {
+            ModelSpec::Known(m) => m.repo,
+            ModelSpec::Repo(r) => r,
+            ModelSpec::Local(dir) => return Err(HubError::NotInCache(dir)),
+        };
+        let cache = RepoCache::new(&self.config.cache_dir, &repo);
+        let root = cache.root().to_path_buf();
+        if !root.is_dir() {
+            return Err(HubError::NothingCached {
+                name: spec.to_owned(),
+                path: root,
+            });
+        }
+        let in_use = |by| HubError::InUse {
+            name: spec.to_owned(),
+            by,
+        };
+        let _unused =
+            crate::lock::claim_unused(&cache)?.ok_or_else(|| in_use("a running server"))?;
+        let _no_pull = crate::lock::claim_repo(&cache)?.ok_or_else(|| in_use("a download"))?;
+        let bytes = dir_size(&root.join("blobs"));
+        fs::remove_dir_all(&root).map_err(HubError::io("remove", &root))?;
+        Ok((root, bytes))
     }
 
     /// What `spec` names (see [`ModelSpec::parse`]).
@@ -516,4 +555,16 @@ fn check_local(dir: &Path) -> Result<(), HubError> {
             missing: missing.join(", "),
         })
     }
+}
+
+/// Bytes of the regular files under `dir` (links not followed).
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(rd) = fs::read_dir(dir) else { return 0 };
+    rd.filter_map(|e| e.ok())
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }

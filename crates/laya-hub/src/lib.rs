@@ -51,6 +51,7 @@ pub use config::{env_flag, HubConfig, DEFAULT_ENDPOINT};
 pub use error::HubError;
 pub use hub::{Hub, ResolvedModel};
 pub use list::{render_models_table, CachedModel};
+pub use lock::InUse;
 pub use models::{Digest, KnownModel, ModelTable, PinnedFile, CHECKPOINT_FILES, DEFAULT_MODEL};
 pub use progress::{format_size, stderr_progress, BarProgress, LineProgress, NoProgress, Progress};
 pub use spec::ModelSpec;

@@ -47,6 +47,62 @@ pub(crate) fn lock_repo(
     })
 }
 
+/// Held (shared) by every process that serves a repo's files: `rm` takes it exclusively, so
+/// it refuses while any server holds it and no server starts on files being removed.
+#[derive(Debug)]
+pub struct InUse {
+    _file: File,
+}
+
+fn serving_lock_file(cache: &RepoCache) -> Result<(File, PathBuf), HubError> {
+    let dir = cache.locks_dir();
+    fs::create_dir_all(&dir).map_err(HubError::io("create", &dir))?;
+    let path = dir.join("laya-hub-serving.lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(HubError::io("open lock file", &path))?;
+    Ok((file, path))
+}
+
+/// Marks the repo as served until the guard is dropped (waits while an `rm` is removing it).
+pub(crate) fn hold_in_use(cache: &RepoCache) -> Result<InUse, HubError> {
+    let (file, path) = serving_lock_file(cache)?;
+    fs4::FileExt::lock_shared(&file).map_err(HubError::io("lock", &path))?;
+    Ok(InUse { _file: file })
+}
+
+/// The exclusive serving lock if no server holds the repo, `None` if one does.
+pub(crate) fn claim_unused(cache: &RepoCache) -> Result<Option<Lock>, HubError> {
+    let (file, path) = serving_lock_file(cache)?;
+    match fs4::FileExt::try_lock(&file) {
+        Ok(()) => Ok(Some(Lock { _file: file, path })),
+        Err(fs4::TryLockError::WouldBlock) => Ok(None),
+        Err(fs4::TryLockError::Error(e)) => Err(HubError::io("lock", &path)(e)),
+    }
+}
+
+/// The repo's pull lock if no pull holds it, `None` if one does.
+pub(crate) fn claim_repo(cache: &RepoCache) -> Result<Option<Lock>, HubError> {
+    let path = cache.locks_dir().join("laya-hub.lock");
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(HubError::io("create", dir))?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(HubError::io("open lock file", &path))?;
+    match fs4::FileExt::try_lock(&file) {
+        Ok(()) => Ok(Some(Lock { _file: file, path })),
+        Err(fs4::TryLockError::WouldBlock) => Ok(None),
+        Err(fs4::TryLockError::Error(e)) => Err(HubError::io("lock", &path)(e)),
+    }
+}
+
 /// Takes the blob lock huggingface_hub uses for `digest`.
 pub(crate) fn lock_blob(cache: &RepoCache, digest: &Digest) -> Result<Lock, HubError> {
     acquire(

@@ -40,10 +40,56 @@ pub enum Command {
     /// Download a model into the Hugging Face cache (verified, resumable).
     Pull(PullArgs),
     /// List the models in the cache.
-    Models,
+    Models(ModelsArgs),
+    /// Delete a model from the cache (every cached revision); refused while a server uses it.
+    Rm(RmArgs),
+    /// Show what a running server has loaded, on which device (from its /health).
+    Ps(PsArgs),
+    /// Print a shell completion script: `sys1rust completions bash > ~/.local/share/bash-completion/completions/sys1rust`.
+    Completions(CompletionsArgs),
     /// Ask a running server whether it answers (for container health checks): exit 0 when
     /// the URL answers 200 within the timeout, 1 otherwise.
     Health(HealthArgs),
+}
+
+/// `sys1rust models`.
+#[derive(Args, Debug)]
+pub struct ModelsArgs {
+    /// One JSON object per cached snapshot, in an array (name, repo, revision, pinned, size
+    /// in bytes, complete, path).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `sys1rust rm`.
+#[derive(Args, Debug)]
+pub struct RmArgs {
+    /// A model name (or alias) or a Hugging Face repo id.
+    pub model: String,
+    /// Do not ask; needed when stdin is not a terminal.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+/// `sys1rust ps`.
+#[derive(Args, Debug)]
+pub struct PsArgs {
+    /// The server's address.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub url: String,
+    /// The server's API key, when it has one.
+    #[arg(long, env = "LAYA_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 5.0)]
+    pub timeout: f64,
+}
+
+/// `sys1rust completions`.
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    pub shell: clap_complete::Shell,
 }
 
 /// `sys1rust health`.

@@ -250,6 +250,11 @@ impl Registry {
     /// The loader the engine worker builds checkpoints with: files through the hub (verified,
     /// downloaded once; never with `offline`), then the engine and the tokenizer, warmed.
     pub fn loader(self, engine: EngineArgs, offline: bool) -> Loader<AnyForward> {
+        // What this server has loaded stays marked as in use (for `sys1rust rm`) while the
+        // loader, and so the server, lives.
+        // One guard per repo, however often it is evicted and loaded again.
+        let held: std::sync::Mutex<std::collections::HashMap<String, laya_hub::InUse>> =
+            std::sync::Mutex::default();
         Box::new(move |name: &Checkpoint| {
             let source = self
                 .source(name)
@@ -262,6 +267,12 @@ impl Registry {
                     let resolved = hub
                         .resolve(spec, None, offline, &*progress)
                         .map_err(|e| format!("{e:#}"))?;
+                    let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(repo) = resolved.repo.clone().filter(|r| !held.contains_key(r)) {
+                        if let Some(guard) = hub.hold(&resolved).map_err(|e| e.to_string())? {
+                            held.insert(repo, guard);
+                        }
+                    }
                     (resolved.dir, resolved.revision)
                 }
                 Source::HubSubfolder { repo, subfolder } => {

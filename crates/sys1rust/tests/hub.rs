@@ -489,7 +489,75 @@ fn serve_by_repo_id_downloads_lists_and_serves_offline() {
         !text.contains("downloading"),
         "offline serve downloaded:\n{text}"
     );
+    // (3b) `ps` names what the server has loaded; `rm` refuses a model a server holds.
+    let url = format!("http://{}", offline.server.addr);
+    let ps = run(&["ps", "--url", &url], &online);
+    assert!(ps.success, "{}", ps.stderr);
+    let rows: Vec<Vec<&str>> = ps
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["NAME", "REVISION", "DEVICE"], "{}", ps.stdout);
+    // `--model` serves one checkpoint under all three names.
+    assert_eq!(rows.len(), 4, "{}", ps.stdout);
+    assert!(
+        rows[1..].iter().all(|r| r[1] == COMMIT && r[2] == "cpu"),
+        "{}",
+        ps.stdout
+    );
+    let busy = run(&["rm", "--yes", REPO], &online);
+    assert!(!busy.success, "rm deleted a served model");
+    assert!(
+        busy.stderr.contains("in use by a running server"),
+        "{}",
+        busy.stderr
+    );
+    assert!(snapshot.join("model.safetensors").is_file());
     drop(offline);
+
+    // (3c) `models --json`, then `rm`: asks for --yes off a terminal, then deletes it all.
+    let listed = run(&["models", "--json"], &online);
+    assert!(listed.success, "{}", listed.stderr);
+    let rows: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
+    let row = rows
+        .as_array()
+        .and_then(|r| r.iter().find(|m| m["name"] == REPO))
+        .unwrap_or_else(|| panic!("{REPO} not listed: {}", listed.stdout));
+    assert_eq!(
+        (&row["revision"], &row["complete"], &row["pinned"]),
+        (
+            &serde_json::json!(COMMIT),
+            &serde_json::json!(true),
+            &serde_json::json!(false)
+        )
+    );
+    assert_eq!(Path::new(row["path"].as_str().expect("path")), snapshot);
+    let total: u64 = files.values().map(|b| b.len() as u64).sum();
+    assert_eq!(row["size"], total, "{}", listed.stdout);
+    let unconfirmed = run(&["rm", REPO], &online);
+    assert!(!unconfirmed.success);
+    assert!(
+        unconfirmed.stderr.contains("pass --yes"),
+        "{}",
+        unconfirmed.stderr
+    );
+    let removed = run(&["rm", "--yes", REPO], &online);
+    assert!(removed.success, "{}", removed.stderr);
+    assert!(
+        removed.stdout.starts_with(&format!("deleted {REPO} (")),
+        "{}",
+        removed.stdout
+    );
+    assert!(!snapshot.exists());
+    let after = run(&["models", "--json"], &online);
+    assert_eq!(after.stdout.trim(), "[]", "{}", after.stdout);
+    let again = run(&["rm", "--yes", REPO], &online);
+    assert!(
+        again.stderr.contains("is not in the cache"),
+        "{}",
+        again.stderr
+    );
 
     // (4) HF_HUB_OFFLINE=1 and a model not in the cache: a clear error, no server.
     let other = run(

@@ -402,3 +402,32 @@ fn laya_log_level_follows_upstream() {
         assert!(!err.contains("invalid LAYA_LOG_LEVEL"), "{good:?}: {err}");
     }
 }
+
+/// `sys1rust completions SHELL` prints a script that completes every subcommand; an unknown
+/// shell is refused.
+#[test]
+fn completions_name_every_subcommand() {
+    for (shell, marker) in [
+        ("bash", "complete -F _sys1rust"),
+        ("zsh", "#compdef sys1rust"),
+        ("fish", "complete -c sys1rust"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sys1rust"))
+            .args(["completions", shell])
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(marker), "{shell}: {marker:?} missing");
+        for sub in [
+            "serve", "decide", "bench", "pull", "models", "rm", "ps", "health",
+        ] {
+            assert!(text.contains(sub), "{shell}: no {sub}");
+        }
+    }
+    let bad = Command::new(env!("CARGO_BIN_EXE_sys1rust"))
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("runs");
+    assert!(!bad.status.success());
+}

@@ -1,5 +1,6 @@
-//! `sys1rust health`: a probe for container health checks, where an image has no curl. It
-//! speaks just enough HTTP/1.1 to ask one plain-http URL and read the status line.
+//! `sys1rust health`, a probe for container health checks where an image has no curl, and
+//! `sys1rust ps`, what a running server has loaded. Both speak just enough HTTP/1.1 to ask one
+//! plain-http URL.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::cli::HealthArgs;
+use crate::cli::{HealthArgs, PsArgs};
 
 /// The parts of an `http://host[:port][/path]` URL.
 fn split_url(url: &str) -> anyhow::Result<(String, u16, String)> {
@@ -42,10 +43,11 @@ fn split_url(url: &str) -> anyhow::Result<(String, u16, String)> {
     Ok((host.to_owned(), port, path.to_owned()))
 }
 
-pub fn run(args: &HealthArgs) -> anyhow::Result<()> {
-    let (host, port, path) = split_url(&args.url)?;
-    let timeout = Duration::from_secs_f64(if args.timeout.is_finite() && args.timeout > 0.0 {
-        args.timeout
+/// `GET url` with `headers`: the status line and the body.
+fn get(url: &str, headers: &str, timeout: f64) -> anyhow::Result<(String, String)> {
+    let (host, port, path) = split_url(url)?;
+    let timeout = Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 {
+        timeout
     } else {
         5.0
     });
@@ -65,10 +67,10 @@ pub fn run(args: &HealthArgs) -> anyhow::Result<()> {
     stream.set_write_timeout(Some(left()))?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\nUser-Agent: sys1rust-health\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\nUser-Agent: sys1rust\r\n{headers}\r\n"
     )
     .context("sending the request")?;
-    // The answers probed are small; a cap keeps a wrong URL from streaming forever.
+    // The answers asked for are small; a cap keeps a wrong URL from streaming forever.
     let mut answer = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
@@ -81,20 +83,84 @@ pub fn run(args: &HealthArgs) -> anyhow::Result<()> {
                     break;
                 }
             }
-            Err(e) => return Err(e).with_context(|| format!("reading the answer of {}", args.url)),
+            Err(e) => return Err(e).with_context(|| format!("reading the answer of {url}")),
         }
     }
     let text = String::from_utf8_lossy(&answer);
-    let status_line = text.lines().next().unwrap_or_default();
-    let status = status_line.split_whitespace().nth(1).unwrap_or_default();
+    let status_line = text.lines().next().unwrap_or_default().to_owned();
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b)
-        .unwrap_or_default();
-    if status != "200" {
+        .unwrap_or_default()
+        .to_owned();
+    Ok((status_line, body))
+}
+
+fn status_of(line: &str) -> &str {
+    line.split_whitespace().nth(1).unwrap_or_default()
+}
+
+pub fn run(args: &HealthArgs) -> anyhow::Result<()> {
+    let (status_line, body) = get(&args.url, "", args.timeout)?;
+    if status_of(&status_line) != "200" {
         bail!("{} answered {status_line:?}: {body}", args.url);
     }
     println!("{body}");
+    Ok(())
+}
+
+/// `ps`: the resident checkpoints of the server at `--url`, least recently used first, with
+/// their revisions and devices, from its `/health`.
+pub fn ps(args: &PsArgs) -> anyhow::Result<()> {
+    let url = format!("{}/health", args.url.trim_end_matches('/'));
+    let auth = args
+        .api_key
+        .as_deref()
+        .filter(|k| !k.is_empty())
+        .map(|k| format!("Authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    let (status_line, body) = get(&url, &auth, args.timeout)?;
+    if status_of(&status_line) != "200" {
+        bail!("{url} answered {status_line:?}: {body}");
+    }
+    let health: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("{url} answered {body:?}"))?;
+    let Some(loaded) = health.get("loaded").and_then(|l| l.as_array()) else {
+        bail!("{url} lists nothing without the server's API key: pass --api-key (or LAYA_API_KEY)");
+    };
+    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).unwrap_or("-").to_owned();
+    let rows: Vec<[String; 3]> = loaded
+        .iter()
+        .map(|name| {
+            let name = text(Some(name));
+            let revision = text(health.get("revisions").and_then(|r| r.get(&name)));
+            let device = text(health.get("checkpoint_devices").and_then(|d| d.get(&name)));
+            [name, revision, device]
+        })
+        .collect();
+    let header = ["NAME", "REVISION", "DEVICE"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 3]| {
+        format!(
+            "{:<a$}  {:<b$}  {}",
+            cells[0],
+            cells[1],
+            cells[2],
+            a = widths[0],
+            b = widths[1]
+        )
+        .trim_end()
+        .to_owned()
+    };
+    println!("{}", line(header));
+    for row in &rows {
+        println!("{}", line([&row[0], &row[1], &row[2]]));
+    }
     Ok(())
 }
 

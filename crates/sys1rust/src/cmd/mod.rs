@@ -25,9 +25,24 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Decide(args) => decide::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Pull(args) => models::pull(&args),
-        Command::Models => models::list(),
+        Command::Models(args) => models::list(&args),
+        Command::Rm(args) => models::remove(&args),
+        Command::Ps(args) => health::ps(&args),
+        Command::Completions(args) => {
+            let mut cmd = <crate::cli::Cli as clap::CommandFactory>::command();
+            clap_complete::generate(args.shell, &mut cmd, "sys1rust", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Health(args) => health::run(&args),
     }
+}
+
+/// Marks a resolved model as served for as long as the guard lives, so `sys1rust rm` refuses
+/// to delete it from under the server.
+pub fn hold(resolved: &laya_hub::ResolvedModel) -> anyhow::Result<Option<laya_hub::InUse>> {
+    let hub = laya_hub::Hub::from_env().context("reading the Hugging Face settings")?;
+    hub.hold(resolved)
+        .with_context(|| format!("marking {} as in use", resolved.name))
 }
 
 impl ModelArgs {

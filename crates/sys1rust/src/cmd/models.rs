@@ -1,8 +1,10 @@
-//! `sys1rust pull` and `sys1rust models`.
+//! `sys1rust pull`, `sys1rust models` and `sys1rust rm`.
 
 use anyhow::Context;
 
-use crate::cli::PullArgs;
+use std::io::{BufRead, IsTerminal, Write};
+
+use crate::cli::{ModelsArgs, PullArgs, RmArgs};
 use crate::registry;
 
 /// `pull MODEL`, or without one what `serve` would preload: every checkpoint of the router's
@@ -50,8 +52,61 @@ pub fn pull(args: &PullArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn list() -> anyhow::Result<()> {
+pub fn list(args: &ModelsArgs) -> anyhow::Result<()> {
     let hub = laya_hub::Hub::from_env().context("reading the Hugging Face settings")?;
-    print!("{}", laya_hub::render_models_table(&hub.list()));
+    let models = hub.list();
+    if !args.json {
+        print!("{}", laya_hub::render_models_table(&models));
+        return Ok(());
+    }
+    let rows: Vec<serde_json::Value> = models
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "name": m.name,
+                "repo": m.repo,
+                "revision": m.revision,
+                "pinned": m.pinned,
+                "size": m.size,
+                "complete": m.complete,
+                "path": m.path.display().to_string(),
+            })
+        })
+        .collect();
+    println!("{}", serde_json::Value::Array(rows));
+    Ok(())
+}
+
+/// `rm MODEL`: asks first on a terminal; elsewhere `--yes` is needed.
+pub fn remove(args: &RmArgs) -> anyhow::Result<()> {
+    let hub = laya_hub::Hub::from_env().context("reading the Hugging Face settings")?;
+    if !args.yes {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            anyhow::bail!(
+                "refusing to delete {:?} without confirmation: pass --yes",
+                args.model
+            );
+        }
+        eprint!("delete every cached revision of {:?}? [y/N] ", args.model);
+        std::io::stderr().flush().ok();
+        let mut answer = String::new();
+        stdin
+            .lock()
+            .read_line(&mut answer)
+            .context("reading the answer")?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            anyhow::bail!("not deleted");
+        }
+    }
+    let (path, bytes) = hub
+        .remove(&args.model)
+        .with_context(|| format!("cannot delete {:?}", args.model))?;
+    println!(
+        "deleted {} ({}) {}",
+        args.model,
+        laya_hub::format_size(bytes),
+        path.display()
+    );
     Ok(())
 }

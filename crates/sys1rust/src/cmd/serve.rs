@@ -50,11 +50,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut model = args.model.clone();
     model.engine.kernel_cache = args.kernel_cache.clone();
     let loading_device = model.engine.preview().device;
+    // `rm` refuses what a server holds, for as long as the server runs.
+    let mut held = Vec::new();
     let (spawned, cfg, described) = match &args.model.model {
         // The model is found (downloaded when it is not cached) before the port opens: the
         // label `routing.repo` prints comes from it.
         Some(_) => {
             let resolved = model.resolve()?;
+            held.extend(super::hold(&resolved)?);
             let label = args
                 .repo_label
                 .clone()
