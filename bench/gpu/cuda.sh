@@ -18,6 +18,9 @@
 #               then wrk (carried) for WRK_SECONDS: s32_q1 at 16 clients (defaults), s32_q1 at
 #               64 clients (--max-concurrent 64), s512_q10 at 16 clients; and the same with
 #               --batch-tokens 0 (one request a pass) for comparison
+#   workers     two engine workers on the one GPU (--gpus 0,0) against one (--gpus 0): smoke's
+#               answers byte for byte (idle workers take turns, so both answer), and the
+#               served loads of `served`
 #   profile     the worker's batch sizes and times under the s32_q1 and s512_q10 loads
 #   variants    `engine` and the served load with the GEMM algorithms picked at each of
 #               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS)
@@ -191,6 +194,27 @@ load_runs() { # label extra-args...
   serve_bg "$label-64" --max-concurrent 64 "$@"
   wrk_run "$label-s32_q1-c64" "$STAGE/s32_q1.jsonl" 64
   stop_bg
+}
+
+phase_workers() {
+  local g
+  for g in 0 0,0; do
+    say "answers with --gpus $g"
+    timeout -k 5 200 python3 "$ROOT/bench/gpu/served.py" --name "workers-$g" \
+      --cmd "$SYS1 serve --model $CKPT --engine cuda --port 0 --gpus $g" --workload "$SMOKE" \
+      --answers "$RES/answers-workers-$g.jsonl" --shapes s64_q1 --runs 3 --warmup 1 \
+      --log "$RES/workers-$g.log" > "$RES/workers-$g.json"
+  done
+  python3 - "$RES/answers-workers-0.jsonl" "$RES/answers-workers-0,0.jsonl" > "$RES/workers-compare.json" <<'EOF'
+import json, sys
+one, two = ([(d["id"], d["status"], json.dumps(d["result"])) for d in map(json.loads, open(p))] for p in sys.argv[1:])
+print(json.dumps({"requests": len(one), "identical": one == two,
+                  "differing": [a[0] for a, b in zip(one, two) if a != b]}))
+EOF
+  say "workers: $(cat "$RES/workers-compare.json")"
+  load_runs gpus-0 --gpus 0
+  load_runs gpus-00 --gpus 0,0
+  pack
 }
 
 # Where served time goes with shared passes: the worker's debug events (laya-core's

@@ -176,6 +176,14 @@ pub struct FoundDevice {
     pub cc: (i32, i32),
 }
 
+/// How many CUDA devices the driver shows (after `CUDA_VISIBLE_DEVICES`), creating no context.
+pub fn device_count() -> Result<usize, CudaError> {
+    load_libraries()?;
+    result::init().map_err(drv("cuInit"))?;
+    let count = result::device::get_count().map_err(drv("cuDeviceGetCount"))?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
 /// Checks that the libraries load and GPU `ordinal` exists with the instructions the kernels
 /// use (compute capability 8.0 or newer), without creating a context: a probe that then
 /// gave its context back would make the engine's own start create it a second time.

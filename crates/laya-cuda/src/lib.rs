@@ -36,6 +36,11 @@ pub fn load_nvrtc() -> Result<(), CudaError> {
     gpu::load(&["nvrtc"])
 }
 
+/// How many CUDA devices are visible (for one engine per GPU), creating no context.
+pub fn device_count() -> Result<usize, CudaError> {
+    gpu::device_count()
+}
+
 /// Whether this machine can run the engine: the CUDA libraries load and GPU `ordinal` exists
 /// with compute capability 8.0 or newer. Its name, or the reason when not. Creates no
 /// context.

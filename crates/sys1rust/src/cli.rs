@@ -144,6 +144,15 @@ pub struct EngineArgs {
     /// elsewhere), mlx, or cuda.
     #[arg(long, value_enum, default_value_t = EngineChoice::Auto, env = "SYS1_ENGINE")]
     pub engine: EngineChoice,
+    /// CUDA engine: the GPUs to serve on, one engine worker (with its own copy of the
+    /// checkpoints) each, every request sent to the least loaded: `all` (the default, every
+    /// visible GPU) or device ordinals such as `0,1`; an ordinal may repeat (two workers on
+    /// one GPU). MLX runs one worker.
+    #[arg(long, env = "SYS1_GPUS")]
+    pub gpus: Option<String>,
+    /// The GPU this worker's engine runs on (set per worker from --gpus).
+    #[arg(skip)]
+    pub ordinal: usize,
     /// CUDA engine: replay CUDA graphs (off launches kernel by kernel; for diagnosis).
     #[arg(long, env = "SYS1_CUDA_GRAPHS", default_value = "true", value_parser = truthy_default_on, hide = true)]
     pub cuda_graphs: bool,

@@ -12,6 +12,7 @@ use laya_core::request::{Limits, MAX_CHOICE_OPTIONS, MAX_TOURNAMENT_CHOICE_OPTIO
 use laya_core::routing::{Checkpoint, RoutingConfig};
 
 use crate::cli::ServeArgs;
+use crate::dispatch::Pool;
 use crate::http::{AppState, HttpConfig};
 use crate::registry::Registry;
 use crate::server::ConnLimits;
@@ -126,35 +127,93 @@ impl ServeConfig {
     }
 }
 
-/// A started engine worker whose checkpoints are still loading.
+/// Started engine workers whose checkpoints are still loading.
 pub struct Spawned {
     /// The handlers' state, at [`crate::http::Stage::Loading`].
     pub state: AppState,
-    /// The outcome of `build`, once it is done.
+    /// The outcome of the builds once all are done: the first worker's report when any
+    /// loaded (a worker that failed is left out of dispatch), else the first failure.
     pub loaded: std::sync::mpsc::Receiver<anyhow::Result<Started>>,
-    /// The worker's thread, which ends (its engines dropped there) once every handle of the
-    /// state is gone.
+    /// Ends once every worker's thread has (each drops its engines there), which happens once
+    /// every handle of the state is gone.
     pub thread: std::thread::JoinHandle<()>,
 }
 
-/// Starts the engine worker, which runs `build` (load and warm the checkpoints) on its own
-/// thread, and returns at once: a server can listen (and answer `/ready` with 503) while it
-/// loads. `loading_device` is the device `/health` names until then.
-pub fn spawn<C, B>(cfg: &ServeConfig, loading_device: String, build: B) -> anyhow::Result<Spawned>
+/// Starts one engine worker per entry of `ordinals` (the GPU each runs on), each running
+/// `build(ordinal)` (load and warm its checkpoints) on its own thread, and returns at once: a
+/// server can listen (and answer `/ready` with 503) while they load. `loading_device` is the
+/// device `/health` names until then.
+pub fn spawn<C, B>(
+    cfg: &ServeConfig,
+    loading_device: String,
+    ordinals: &[usize],
+    build: B,
+) -> anyhow::Result<Spawned>
 where
     C: Owned + 'static,
-    B: FnOnce() -> anyhow::Result<(C, Started)> + Send + 'static,
+    B: Fn(usize) -> anyhow::Result<(C, Started)> + Send + Sync + 'static,
 {
-    let (handle, loaded, thread) = worker::spawn(
-        worker::WorkerConfig {
-            capacity: cfg.max_concurrent,
-            settings: cfg.decide.clone(),
-            idle_unload: cfg.idle_unload,
-        },
-        build,
-    )
-    .context("starting the engine worker")?;
-    let state = AppState::new(cfg.http.clone(), handle, cfg.max_concurrent, loading_device);
+    let build = std::sync::Arc::new(build);
+    let mut handles = Vec::with_capacity(ordinals.len());
+    let mut outcomes = Vec::with_capacity(ordinals.len());
+    let mut threads = Vec::with_capacity(ordinals.len());
+    for &ordinal in ordinals {
+        let build = build.clone();
+        let (handle, loaded, thread) = worker::spawn(
+            worker::WorkerConfig {
+                capacity: cfg.max_concurrent,
+                settings: cfg.decide.clone(),
+                idle_unload: cfg.idle_unload,
+            },
+            move || build(ordinal),
+        )
+        .context("starting the engine worker")?;
+        handles.push((ordinal, handle));
+        outcomes.push((ordinal, loaded));
+        threads.push(thread);
+    }
+    let (report, loaded) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("sys1-loading".into())
+        .spawn(move || {
+            let mut first_ok = None;
+            let mut first_err = None;
+            for (ordinal, rx) in outcomes {
+                match rx.recv() {
+                    Ok(Ok(started)) => {
+                        first_ok.get_or_insert(started);
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!(gpu = ordinal, error = %format!("{e:#}"), "an engine worker failed to load; serving without it");
+                        first_err.get_or_insert(e);
+                    }
+                    Err(_) => {
+                        first_err.get_or_insert(anyhow::anyhow!("engine worker {ordinal} stopped while loading"));
+                    }
+                }
+            }
+            let outcome = match (first_ok, first_err) {
+                (Some(started), _) => Ok(started),
+                (None, Some(e)) => Err(e),
+                (None, None) => Err(anyhow::anyhow!("no engine worker")),
+            };
+            let _ = report.send(outcome);
+        })
+        .context("starting the engine workers")?;
+    let thread = std::thread::Builder::new()
+        .name("sys1-workers".into())
+        .spawn(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .context("starting the engine workers")?;
+    let state = AppState::new(
+        cfg.http.clone(),
+        Pool::new(handles),
+        cfg.max_concurrent,
+        loading_device,
+    );
     Ok(Spawned {
         state,
         loaded,
@@ -162,7 +221,7 @@ where
     })
 }
 
-/// [`spawn`], then waits until the checkpoints are loaded: the state is ready.
+/// [`spawn`] of one worker, then waits until the checkpoints are loaded: the state is ready.
 pub fn start<C, B>(
     cfg: &ServeConfig,
     build: B,
@@ -171,7 +230,28 @@ where
     C: Owned + 'static,
     B: FnOnce() -> anyhow::Result<(C, Started)> + Send + 'static,
 {
-    let spawned = spawn(cfg, String::from("cpu"), build)?;
+    let build = std::sync::Mutex::new(Some(build));
+    start_pool(cfg, &[0], move |_| {
+        let build = build
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("one worker builds once"))?;
+        build()
+    })
+}
+
+/// [`spawn`] of a worker per entry of `ordinals`, then waits until they are loaded.
+pub fn start_pool<C, B>(
+    cfg: &ServeConfig,
+    ordinals: &[usize],
+    build: B,
+) -> anyhow::Result<(AppState, std::thread::JoinHandle<()>)>
+where
+    C: Owned + 'static,
+    B: Fn(usize) -> anyhow::Result<(C, Started)> + Send + Sync + 'static,
+{
+    let spawned = spawn(cfg, String::from("cpu"), ordinals, build)?;
     let started = spawned
         .loaded
         .recv()

@@ -45,6 +45,7 @@ impl EngineArgs {
         if let Some(dir) = &self.kernel_cache {
             s.kernel_cache = Some(dir.clone());
         }
+        s.ordinal = self.ordinal;
         s.graphs = self.cuda_graphs;
         s.gemm_tokens = self.cuda_gemm_tokens.max(1);
         if self.cuda_attention == CudaAttention::Rows {
@@ -82,6 +83,48 @@ impl EngineArgs {
                 }
             },
         })
+    }
+
+    /// The GPU ordinal of each engine worker (`--gpus`): every visible GPU by default on the
+    /// CUDA engine, one worker on MLX.
+    pub fn workers(&self) -> anyhow::Result<Vec<usize>> {
+        let listed = self
+            .gpus
+            .as_deref()
+            .map(str::trim)
+            .filter(|g| !g.is_empty() && *g != "all");
+        if !self.use_cuda()? {
+            return match listed {
+                Some(list) if list != "0" => {
+                    anyhow::bail!(
+                        "--gpus {list}: one engine per GPU needs the CUDA engine (--engine cuda)"
+                    )
+                }
+                _ => Ok(vec![0]),
+            };
+        }
+        match listed {
+            None => {
+                let count = laya_cuda::device_count().context("counting the GPUs")?;
+                Ok((0..count.max(1)).collect())
+            }
+            Some(list) => list
+                .split(',')
+                .map(|o| {
+                    o.trim()
+                        .parse::<usize>()
+                        .with_context(|| format!("--gpus {list}: {o:?} is not a GPU ordinal"))
+                })
+                .collect(),
+        }
+    }
+
+    /// These arguments for the worker on GPU `ordinal`.
+    pub fn on_gpu(&self, ordinal: usize) -> EngineArgs {
+        EngineArgs {
+            ordinal,
+            ..self.clone()
+        }
     }
 
     /// What a checkpoint loaded with these arguments would report, before any is loaded

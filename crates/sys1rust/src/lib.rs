@@ -17,6 +17,7 @@
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod dispatch;
 pub mod engine;
 pub mod http;
 pub mod logging;

@@ -81,6 +81,11 @@ struct Published {
     cancelled: u64,
 }
 
+/// Where a queued decision's outcome arrives.
+pub(crate) type Reply = oneshot::Receiver<Result<Answer, WorkerError>>;
+/// A decision a stopped worker could not take, with its admission ticket.
+pub(crate) type Unsent = (Decision, Box<dyn Send>);
+
 /// The sending side of the worker's queue, and what it publishes.
 #[derive(Clone)]
 pub struct WorkerHandle {
@@ -122,17 +127,33 @@ impl WorkerHandle {
         decision: Decision,
         ticket: impl Send + 'static,
     ) -> Result<Answer, WorkerError> {
+        match self.enqueue(decision, Box::new(ticket)) {
+            Ok(reply) => reply.await.map_err(|_| WorkerError::Stopped)?,
+            Err(_) => Err(WorkerError::Stopped),
+        }
+    }
+
+    /// Queues a decision; gives it back, with its ticket, when the worker thread is gone.
+    pub(crate) fn enqueue(
+        &self,
+        decision: Decision,
+        ticket: Box<dyn Send>,
+    ) -> Result<Reply, Box<Unsent>> {
         let (reply, rx) = oneshot::channel();
         let job = Job {
             decision,
             span: tracing::Span::current(),
-            _ticket: Box::new(ticket),
+            _ticket: ticket,
             reply,
         };
         // The channel has a place for every admission slot and each job holds one, so it is
-        // never full.
-        self.tx.try_send(job).map_err(|_| WorkerError::Stopped)?;
-        rx.await.map_err(|_| WorkerError::Stopped)?
+        // never full; it refuses only once the worker has stopped.
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(rx),
+            Err(mpsc::TrySendError::Full(job) | mpsc::TrySendError::Disconnected(job)) => {
+                Err(Box::new((job.decision, job._ticket)))
+            }
+        }
     }
 }
 

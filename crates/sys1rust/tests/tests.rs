@@ -9,6 +9,7 @@
 //! * `transport`: real sockets: admission under slow uploads, idle connections, SIGTERM;
 //! * `jev`: strict Jev mode against jevcompat and Jev's Python client, and its own rules;
 //! * `windows`: long states read in windows (`overflow`), against upstream's `predict_long`;
+//! * `dispatch`: several engine workers (`--gpus`) with mock engines: least-loaded dispatch;
 //! * `batching`: queued requests sharing forward passes, answers unchanged;
 //! * `reliability`: clients that never read, early errors, abandoned and overdue requests;
 //! * `serving`: what operators see: request logs and ids, readiness, drain, `--version`;
@@ -17,6 +18,7 @@
 
 mod batching;
 mod conformance;
+mod dispatch;
 mod hub;
 mod install;
 mod jev;

@@ -50,6 +50,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut model = args.model.clone();
     model.engine.kernel_cache = args.kernel_cache.clone();
     let loading_device = model.engine.preview().device;
+    // One engine worker per GPU of --gpus (one on MLX).
+    let workers = model.engine.workers()?;
+    if workers.len() > 1 {
+        tracing::info!(gpus = ?workers, "one engine worker per GPU");
+    }
     // `rm` refuses what a server holds, for as long as the server runs.
     let mut held = Vec::new();
     let (spawned, cfg, described) = match &args.model.model {
@@ -68,7 +73,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 "dir": resolved.dir.display().to_string(),
                 "revision": resolved.revision,
             });
-            let spawned = config::spawn(&cfg, loading_device, move || {
+            let spawned = config::spawn(&cfg, loading_device, &workers, move |ordinal| {
+                let mut model = model.clone();
+                model.engine = model.engine.on_gpu(ordinal);
                 super::load_single(&model, &resolved, true)
             })?;
             (spawned, cfg, described)
@@ -91,10 +98,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             });
             let (engine, offline, max_loaded) =
                 (model.engine.clone(), model.offline, args.router.max_loaded);
-            let spawned = config::spawn(&cfg, loading_device, move || {
+            let spawned = config::spawn(&cfg, loading_device, &workers, move |ordinal| {
                 let started = std::time::Instant::now();
+                let engine = engine.on_gpu(ordinal);
                 let preview = engine.preview();
-                let mut router = Router::new(registry.loader(engine, offline), max_loaded);
+                let mut router = Router::new(registry.clone().loader(engine, offline), max_loaded);
                 router
                     .preload(&preload)
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -109,6 +117,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             (spawned, cfg, described)
         }
     };
+    let mut described = described;
+    if workers.len() > 1 {
+        described["gpus"] = serde_json::json!(workers);
+    }
     let config::Spawned {
         state,
         loaded,

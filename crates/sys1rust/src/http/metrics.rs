@@ -106,7 +106,7 @@ impl Metrics {
     }
 
     /// The exposition text; `cancelled` is the worker's count of queued decisions it dropped.
-    pub fn render(&self, cancelled: u64) -> String {
+    pub fn render(&self, cancelled: u64, workers: &[crate::dispatch::WorkerView]) -> String {
         let mut out = String::new();
         out.push_str(
             "# HELP sys1_requests_total Decision requests answered, by route and status.\n",
@@ -184,6 +184,45 @@ impl Metrics {
             "Answers produced (one per state and question).",
             "counter",
             self.decisions.load(Ordering::Relaxed),
+        );
+        // One series per engine worker (one per GPU of --gpus).
+        let per_worker =
+            |out: &mut String,
+             name: &str,
+             help: &str,
+             kind: &str,
+             v: &dyn Fn(&crate::dispatch::WorkerView) -> u64| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+                for w in workers {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{worker=\"{}\",gpu=\"{}\"}} {}",
+                        w.index,
+                        w.ordinal,
+                        v(w)
+                    );
+                }
+            };
+        per_worker(
+            &mut out,
+            "sys1_worker_in_flight",
+            "Decisions sent to an engine worker and not answered yet.",
+            "gauge",
+            &|w| w.in_flight as u64,
+        );
+        per_worker(
+            &mut out,
+            "sys1_worker_answered_total",
+            "Decisions an engine worker answered.",
+            "counter",
+            &|w| w.answered,
+        );
+        per_worker(
+            &mut out,
+            "sys1_worker_up",
+            "1 while an engine worker runs, 0 once it has stopped.",
+            "gauge",
+            &|w| u64::from(w.alive),
         );
         out
     }

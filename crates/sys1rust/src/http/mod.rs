@@ -36,7 +36,8 @@ pub use error::{json_response, ApiError};
 pub use metrics::Metrics;
 pub use ready::{Readiness, Stage};
 
-use crate::worker::{Answer, WorkerHandle};
+use crate::dispatch::Pool;
+use crate::worker::Answer;
 use request_log::Facts;
 
 /// Upstream's body cap: 2 MiB, exactly 2 097 152 bytes accepted.
@@ -63,7 +64,8 @@ pub struct HttpConfig {
 #[derive(Clone)]
 pub struct AppState {
     pub cfg: Arc<HttpConfig>,
-    pub worker: WorkerHandle,
+    /// The engine workers (one per GPU).
+    pub worker: Pool,
     pub admission: Arc<Semaphore>,
     pub metrics: Arc<Metrics>,
     pub readiness: Arc<Readiness>,
@@ -74,7 +76,7 @@ impl AppState {
     /// [`Readiness::loaded`].
     pub fn new(
         cfg: HttpConfig,
-        worker: WorkerHandle,
+        worker: Pool,
         max_concurrent: usize,
         loading_device: String,
     ) -> AppState {
@@ -378,6 +380,21 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
             pyjson::round_ndigits(seconds, 1).unwrap_or(seconds),
         );
     }
+    // Several engine workers (`--gpus`, not in upstream): each one's GPU and load.
+    let workers = state.worker.workers();
+    if workers.len() > 1 {
+        out.push_str(",\"gpus\":[");
+        for (i, w) in workers.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&format!(
+                "{{\"worker\":{},\"gpu\":{},\"in_flight\":{},\"answered\":{},\"alive\":{}}}",
+                w.index, w.ordinal, w.in_flight, w.answered, w.alive
+            ));
+        }
+        out.push(']');
+    }
     out.push('}');
     json_response(StatusCode::OK, out)
 }
@@ -389,7 +406,7 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     }
     let mut resp = state
         .metrics
-        .render(state.worker.cancelled())
+        .render(state.worker.cancelled(), &state.worker.workers())
         .into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

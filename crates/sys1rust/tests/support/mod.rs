@@ -123,6 +123,29 @@ impl Server {
         C: Owned + 'static,
         B: FnOnce(&std::path::Path) -> C + Send + 'static,
     {
+        let build = std::sync::Mutex::new(Some(build));
+        Server::in_process_pool(extra, dir, &[0], move |dir, _| {
+            let build = build
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .ok_or_else(|| anyhow::anyhow!("one worker builds once"))?;
+            Ok(build(dir))
+        })
+    }
+
+    /// [`Server::in_process`] with one engine worker per entry of `ordinals`, each built by
+    /// `build(dir, ordinal)` on its own thread (an `Err` is a worker that failed to load).
+    pub fn in_process_pool<C, B>(
+        extra: &[&str],
+        dir: &std::path::Path,
+        ordinals: &[usize],
+        build: B,
+    ) -> Server
+    where
+        C: Owned + 'static,
+        B: Fn(&std::path::Path, usize) -> anyhow::Result<C> + Send + Sync + 'static,
+    {
         let mut args = vec!["--model", dir.to_str().expect("utf-8 path"), "--port", "0"];
         args.extend_from_slice(extra);
         let args = serve_args(&args);
@@ -132,11 +155,10 @@ impl Server {
             .unwrap_or_default();
         let cfg = ServeConfig::from_args(&args, &Served::Single { label }).expect("configuration");
         let dir = dir.to_path_buf();
-        let (state, _worker) = config::start(&cfg, move || {
-            let checkpoints = build(&dir);
-            Ok((checkpoints, loaded_info()))
+        let (state, _worker) = config::start_pool(&cfg, ordinals, move |ordinal| {
+            Ok((build(&dir, ordinal)?, loaded_info()))
         })
-        .expect("the engine worker starts");
+        .expect("the engine workers start");
         let app = sys1rust::http::app(state);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -385,9 +407,9 @@ impl Gate {
     }
 }
 
-struct Gated<F> {
-    inner: F,
-    gate: std::sync::Arc<Gate>,
+pub struct Gated<F> {
+    pub inner: F,
+    pub gate: std::sync::Arc<Gate>,
 }
 
 impl<F: Forward> Forward for Gated<F> {

@@ -1,0 +1,170 @@
+//! Several engine workers (`--gpus`), with mock engines on the CPU: every request goes to the
+//! worker with the fewest decisions in flight (equals in turn), a slow worker's queue does not hold the others
+//! up, a worker that failed to load is left out, and every worker gives the answers one
+//! worker gives.
+
+use std::sync::Arc;
+
+use laya_core::agent::Agent;
+use laya_core::checkpoints::Single;
+use laya_fixtures::Recorded;
+use pyjson::Value;
+
+use crate::support::{checkpoint, post_fresh, Gate, Gated, Server};
+
+/// A `/health` payload's `gpus`: `(gpu, in_flight, answered, alive)` per worker.
+fn gpus(s: &Server) -> Vec<(i64, i64, i64, bool)> {
+    let health = s.send("GET", "/health", &[], None);
+    let body = pyjson::loads(&health.body).expect("JSON").value;
+    let Some(Value::Array(gpus)) = body.as_object().and_then(|o| o.get("gpus")).cloned() else {
+        panic!("no gpus in {}", health.text())
+    };
+    gpus.iter()
+        .map(|g| {
+            let g = g.as_object().expect("object");
+            let int = |k: &str| match g.get(k) {
+                Some(Value::Int(i)) => i.as_i64().expect("small"),
+                other => panic!("{k}: {other:?}"),
+            };
+            (
+                int("gpu"),
+                int("in_flight"),
+                int("answered"),
+                g.get("alive") == Some(&Value::Bool(true)),
+            )
+        })
+        .collect()
+}
+
+/// The recorded requests of the fixture workload, as bodies.
+fn bodies() -> Vec<String> {
+    laya_fixtures::references("tiny", "smoke")
+        .into_iter()
+        .filter(|r| r.status == 200 && r.path == "/v1/systemone")
+        .filter_map(|r| {
+            r.request_body
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        })
+        .take(8)
+        .collect()
+}
+
+fn gated_pool(gates: Vec<Arc<Gate>>) -> Server {
+    let ordinals: Vec<usize> = (0..gates.len()).collect();
+    Server::in_process_pool(&[], &checkpoint("tiny"), &ordinals, move |dir, ordinal| {
+        let engine = Gated {
+            inner: Recorded::for_checkpoint("tiny"),
+            gate: gates[ordinal].clone(),
+        };
+        Ok(Single::new(Agent::load(dir, engine)?, None))
+    })
+}
+
+#[test]
+fn requests_go_to_the_least_loaded_worker_and_a_slow_one_holds_nobody_up() {
+    let (slow, quick) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    quick.open();
+    let s = gated_pool(vec![slow.clone(), quick.clone()]);
+    let alone = Server::tiny(&[]);
+    let bodies = bodies();
+    assert!(bodies.len() >= 4, "{} bodies", bodies.len());
+    assert_eq!(gpus(&s), [(0, 0, 0, true), (1, 0, 0, true)]);
+
+    // Both idle: the first worker takes it, and stalls there.
+    let addr = s.addr;
+    let first = bodies[0].clone();
+    let stuck = std::thread::spawn(move || {
+        post_fresh(
+            addr,
+            &[("content-type", "application/json")],
+            first.as_bytes(),
+        )
+    });
+    slow.wait_calls(1);
+    assert_eq!(gpus(&s), [(0, 1, 0, true), (1, 0, 0, true)]);
+    // Everything else goes to the second worker, one after another, while the first waits.
+    for body in &bodies[1..] {
+        let r = s.post_json("/v1/systemone", body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.text(), alone.post_json("/v1/systemone", body).text());
+    }
+    let n = bodies.len() as i64 - 1;
+    assert_eq!(gpus(&s), [(0, 1, 0, true), (1, 0, n, true)]);
+    assert_eq!(quick.calls() as i64, n);
+    slow.open();
+    let r = stuck.join().expect("the stalled request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        alone.post_json("/v1/systemone", &bodies[0]).text()
+    );
+    assert_eq!(gpus(&s), [(0, 0, 1, true), (1, 0, n, true)]);
+    // Idle workers take turns: two requests in a row go one to each.
+    for body in &bodies[..2] {
+        assert_eq!(s.post_json("/v1/systemone", body).status, 200);
+    }
+    assert_eq!(gpus(&s), [(0, 0, 2, true), (1, 0, n + 1, true)]);
+
+    let metrics = s.send("GET", "/metrics", &[], None).text();
+    for line in [
+        "sys1_worker_answered_total{worker=\"0\",gpu=\"0\"} 2",
+        &format!(
+            "sys1_worker_answered_total{{worker=\"1\",gpu=\"1\"}} {}",
+            n + 1
+        ),
+        "sys1_worker_in_flight{worker=\"0\",gpu=\"0\"} 0",
+        "sys1_worker_up{worker=\"1\",gpu=\"1\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
+}
+
+#[test]
+fn a_worker_that_failed_to_load_is_left_out() {
+    let s = Server::in_process_pool(&[], &checkpoint("tiny"), &[0, 1], |dir, ordinal| {
+        anyhow::ensure!(ordinal == 1, "no such GPU");
+        Ok(Single::new(
+            Agent::load(dir, Recorded::for_checkpoint("tiny"))?,
+            None,
+        ))
+    });
+    let alone = Server::tiny(&[]);
+    for body in bodies() {
+        let r = s.post_json("/v1/systemone", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.text(), alone.post_json("/v1/systemone", &body).text());
+    }
+    let n = bodies().len() as i64;
+    // The first request found worker 0 stopped and went on to worker 1; no other tried it.
+    assert_eq!(gpus(&s), [(0, 0, 0, false), (1, 0, n, true)]);
+    let metrics = s.send("GET", "/metrics", &[], None).text();
+    assert!(
+        metrics.contains("sys1_worker_up{worker=\"0\",gpu=\"0\"} 0"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn one_worker_keeps_upstreams_health() {
+    let s = Server::tiny(&[]);
+    let health = s.send("GET", "/health", &[], None).text();
+    assert!(!health.contains("gpus"), "{health}");
+}
+
+/// `--gpus` on MLX, which has one device, is refused with the reason.
+#[test]
+fn gpus_need_the_cuda_engine() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sys1rust"))
+        .args([
+            "serve", "--port", "0", "--engine", "mlx", "--gpus", "0,1", "--model",
+        ])
+        .arg(checkpoint("tiny"))
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--gpus 0,1: one engine per GPU needs the CUDA engine"),
+        "{err}"
+    );
+}
