@@ -38,6 +38,10 @@ pub enum Command {
     /// Time loading and answering a workload in-process (see bench/).
     Bench(BenchArgs),
     /// Download a model into the Hugging Face cache (verified, resumable).
+    ///
+    /// Files come from HF_ENDPOINT (default https://huggingface.co), with HF_TOKEN as the
+    /// bearer when set (sent to that endpoint only), into $HF_HOME/hub (or HF_HUB_CACHE), the
+    /// cache huggingface_hub and laya read too. HF_HUB_OFFLINE=1 only verifies what is cached.
     Pull(PullArgs),
     /// List the models in the cache.
     Models(ModelsArgs),
@@ -112,12 +116,12 @@ pub struct ModelArgs {
     /// commands take typed-decisions.
     #[arg(long, env = "SYS1_MODEL")]
     pub model: Option<String>,
-    /// Serve another cached revision (a commit or its prefix; the pin's 7-character prefix
+    /// Use another cached revision (a commit or its prefix; the pin's 7-character prefix
     /// means the pin).
     #[arg(long, env = "SYS1_REVISION")]
     pub revision: Option<String>,
-    /// Never download (also HF_HUB_OFFLINE=1): a model missing from the cache is an error.
-    #[arg(long)]
+    /// Never download: a model missing from the cache is an error.
+    #[arg(long, env = "HF_HUB_OFFLINE", action = clap::ArgAction::SetTrue, value_parser = truthy)]
     pub offline: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -127,10 +131,10 @@ pub struct ModelArgs {
 #[derive(Args, Clone, Debug)]
 pub struct EngineArgs {
     /// Compute in f32 (the default on the CPU, where MLX has no fast f16 matmul).
-    #[arg(long, env = "SYS1_F32", conflicts_with = "f16", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "SYS1_F32", conflicts_with = "f16", action = clap::ArgAction::SetTrue, value_parser = truthy)]
     pub f32: bool,
     /// Compute in f16 (the default on a GPU).
-    #[arg(long)]
+    #[arg(long, env = "SYS1_F16", action = clap::ArgAction::SetTrue, value_parser = truthy)]
     pub f16: bool,
     /// Device that runs the forward pass.
     #[arg(long, value_enum, default_value_t = Device::Auto, env = "SYS1_DEVICE")]

@@ -2417,21 +2417,32 @@ fn strict(s: &Server) {
 /// `busy` is the 503's body (upstream's, or Jev's in strict mode).
 fn behaves_as_16(s: &Server, case: &str, busy: &str) {
     let valid = with_q1("\"x\"", "");
-    let stalled: Vec<TcpStream> = (0..16)
-        .map(|_| s.stall("/v1/systemone", &[], valid.len(), &valid.as_bytes()[..1]))
-        .collect();
-    s.wait_admitted(16, None);
-    let r = s.post_json("/v1/systemone", &valid);
+    let finish = |mut a: TcpStream| {
+        a.write_all(&valid.as_bytes()[1..])
+            .expect("finish the upload");
+        read_response(&mut a)
+    };
+    // On a loaded machine a held slot has been seen to free itself between the count of 16
+    // and the 17th request; that is retried (twice at most) rather than read as a verdict.
+    let mut attempt = 0;
+    let (stalled, r) = loop {
+        let stalled: Vec<TcpStream> = (0..16)
+            .map(|_| s.stall("/v1/systemone", &[], valid.len(), &valid.as_bytes()[..1]))
+            .collect();
+        s.wait_admitted(16, None);
+        let r = s.post_json("/v1/systemone", &valid);
+        attempt += 1;
+        if r.status == 503 || attempt == 3 {
+            break (stalled, r);
+        }
+        eprintln!("case {case}: a slot freed before the 17th request (attempt {attempt}); again");
+        // Hanging up ends the held uploads (the server reads end of file).
+        drop(stalled);
+        s.wait_admitted(0, None);
+    };
     expect(case, &r, 503, busy);
     assert_eq!(r.header("retry-after"), Some("1"), "case {case}");
-    let answered: Vec<Response> = stalled
-        .into_iter()
-        .map(|mut a| {
-            a.write_all(&valid.as_bytes()[1..])
-                .expect("finish the upload");
-            read_response(&mut a)
-        })
-        .collect();
+    let answered: Vec<Response> = stalled.into_iter().map(finish).collect();
     s.wait_admitted(0, None);
     let fresh = s.post_json("/v1/systemone", &valid);
     let o = ok(case, &fresh);

@@ -431,3 +431,35 @@ fn completions_name_every_subcommand() {
         .expect("runs");
     assert!(!bad.status.success());
 }
+
+/// `--help` names every flag's environment variable, takes `--f32` as a plain flag, says what
+/// `--revision` does for each command and where `pull` downloads from.
+#[test]
+fn help_names_the_environment() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sys1rust"))
+            .args(args)
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let serve = help(&["serve", "--help"]);
+    for needle in [
+        "[env: HF_HUB_OFFLINE=]",
+        "[env: SYS1_F32=]",
+        "[env: SYS1_F16=]",
+    ] {
+        assert!(serve.contains(needle), "serve --help lacks {needle}");
+    }
+    assert!(!serve.contains("[<F32>]"), "--f32 takes no value");
+    for cmd in ["decide", "bench"] {
+        let text = help(&[cmd, "--help"]);
+        assert!(text.contains("Use another cached revision"), "{cmd}");
+        assert!(!text.contains("Serve another"), "{cmd}");
+    }
+    let pull = help(&["pull", "--help"]);
+    for needle in ["HF_ENDPOINT", "HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE"] {
+        assert!(pull.contains(needle), "pull --help lacks {needle}");
+    }
+}
