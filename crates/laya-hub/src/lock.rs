@@ -54,53 +54,49 @@ pub struct InUse {
     _file: File,
 }
 
-fn serving_lock_file(cache: &RepoCache) -> Result<(File, PathBuf), HubError> {
-    let dir = cache.locks_dir();
-    fs::create_dir_all(&dir).map_err(HubError::io("create", &dir))?;
-    let path = dir.join("laya-hub-serving.lock");
-    let file = OpenOptions::new()
+/// Opens (creating it and its directory) the lock file at `path`.
+fn open_lock_file(path: &Path) -> Result<File, HubError> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(HubError::io("create", dir))?;
+    }
+    OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
-        .map_err(HubError::io("open lock file", &path))?;
-    Ok((file, path))
+        .open(path)
+        .map_err(HubError::io("open lock file", path))
+}
+
+/// The exclusive lock at `path` if nobody holds it, `None` if someone does.
+fn try_claim(path: PathBuf) -> Result<Option<Lock>, HubError> {
+    let file = open_lock_file(&path)?;
+    match fs4::FileExt::try_lock(&file) {
+        Ok(()) => Ok(Some(Lock { _file: file, path })),
+        Err(fs4::TryLockError::WouldBlock) => Ok(None),
+        Err(fs4::TryLockError::Error(e)) => Err(HubError::io("lock", &path)(e)),
+    }
+}
+
+fn serving_lock(cache: &RepoCache) -> PathBuf {
+    cache.locks_dir().join("laya-hub-serving.lock")
 }
 
 /// Marks the repo as served until the guard is dropped (waits while an `rm` is removing it).
 pub(crate) fn hold_in_use(cache: &RepoCache) -> Result<InUse, HubError> {
-    let (file, path) = serving_lock_file(cache)?;
+    let path = serving_lock(cache);
+    let file = open_lock_file(&path)?;
     fs4::FileExt::lock_shared(&file).map_err(HubError::io("lock", &path))?;
     Ok(InUse { _file: file })
 }
 
 /// The exclusive serving lock if no server holds the repo, `None` if one does.
 pub(crate) fn claim_unused(cache: &RepoCache) -> Result<Option<Lock>, HubError> {
-    let (file, path) = serving_lock_file(cache)?;
-    match fs4::FileExt::try_lock(&file) {
-        Ok(()) => Ok(Some(Lock { _file: file, path })),
-        Err(fs4::TryLockError::WouldBlock) => Ok(None),
-        Err(fs4::TryLockError::Error(e)) => Err(HubError::io("lock", &path)(e)),
-    }
+    try_claim(serving_lock(cache))
 }
 
 /// The repo's pull lock if no pull holds it, `None` if one does.
 pub(crate) fn claim_repo(cache: &RepoCache) -> Result<Option<Lock>, HubError> {
-    let path = cache.locks_dir().join("laya-hub.lock");
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(HubError::io("create", dir))?;
-    }
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(HubError::io("open lock file", &path))?;
-    match fs4::FileExt::try_lock(&file) {
-        Ok(()) => Ok(Some(Lock { _file: file, path })),
-        Err(fs4::TryLockError::WouldBlock) => Ok(None),
-        Err(fs4::TryLockError::Error(e)) => Err(HubError::io("lock", &path)(e)),
-    }
+    try_claim(cache.locks_dir().join("laya-hub.lock"))
 }
 
 /// Takes the blob lock huggingface_hub uses for `digest`.
@@ -112,15 +108,7 @@ pub(crate) fn lock_blob(cache: &RepoCache, digest: &Digest) -> Result<Lock, HubE
 }
 
 fn acquire(path: &Path, on_wait: &mut dyn FnMut()) -> Result<Lock, HubError> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(HubError::io("create", dir))?;
-    }
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(HubError::io("open lock file", path))?;
+    let file = open_lock_file(path)?;
     // Fully qualified: from Rust 1.89 `File` has inherent lock methods of the same names.
     match fs4::FileExt::try_lock(&file) {
         Ok(()) => {}
