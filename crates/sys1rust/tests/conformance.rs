@@ -2235,6 +2235,8 @@ fn deadlines(s: &Server) {
     );
     // The slot is free again.
     check_result("140 (slot freed)", &ok("140", &post_auth(s, &valid)), None);
+    // The worker lets go of that request's slot just after its answer is sent.
+    s.wait_admitted(0, Some(KEY));
     // A body shorter than its Content-Length also waits for the deadline.
     let mut a = s.stall(
         "/v1/systemone",
