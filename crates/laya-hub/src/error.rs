@@ -56,6 +56,17 @@ pub enum HubError {
         candidates: String,
     },
 
+    /// `show` of a repo revision the cache has no snapshot of.
+    #[error("{what} is not in the cache at {cache}: `sys1rust pull {pull_args}` downloads it")]
+    NotPulled {
+        /// The model and revision, for the message.
+        what: String,
+        /// The hub cache directory searched.
+        cache: PathBuf,
+        /// Arguments of the `sys1rust pull` that would fetch it.
+        pull_args: String,
+    },
+
     /// Downloads are off and the model is not (completely) in the cache.
     #[error(
         "{what} is not in the cache at {cache} and downloads are off (--offline or HF_HUB_OFFLINE). \

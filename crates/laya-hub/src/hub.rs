@@ -259,6 +259,12 @@ impl Hub {
         // Files another process finished while we waited for the lock are found by
         // ensure_file and only checked.
         let verify_existing = mode == Mode::Pull;
+        let plan: Vec<(&str, Option<u64>)> = m
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), Some(f.size)))
+            .collect();
+        progress.plan(&plan);
         for f in &m.files {
             let file = FileJob {
                 repo: &m.repo,
@@ -332,6 +338,8 @@ impl Hub {
                     .to_string(),
                 reason: "no X-Repo-Commit header with a 40-hex commit".into(),
             })?;
+        // Every file's size and digest first, so the display can show the pull's total.
+        let mut metas = Vec::with_capacity(CHECKPOINT_FILES.len());
         for (i, path) in CHECKPOINT_FILES.iter().enumerate() {
             let meta = if i == 0 {
                 first.clone()
@@ -349,12 +357,17 @@ impl Hub {
                         meta.etag
                     ),
                 })?;
+            metas.push((*path, digest, meta.size));
+        }
+        let plan: Vec<(&str, Option<u64>)> = metas.iter().map(|(p, _, s)| (*p, *s)).collect();
+        progress.plan(&plan);
+        for (path, digest, size) in &metas {
             let file = FileJob {
                 repo,
                 commit: &commit,
                 path,
-                digest: &digest,
-                size: meta.size,
+                digest,
+                size: *size,
             };
             self.ensure_file(&cache, &file, mode == Mode::Pull, progress)?;
         }
@@ -466,7 +479,9 @@ impl Hub {
             return Err(integrity(format!("{size} bytes"), format!("{len} bytes")));
         }
         progress.verify_started(f.path, len);
-        let actual = hash_file(path, f.digest, &mut |_| {})?;
+        let actual = hash_file(path, f.digest, &mut |done| {
+            progress.verify_progress(f.path, done)
+        })?;
         if actual != f.digest.hex() {
             let kind = f.digest.kind();
             return Err(integrity(
@@ -487,6 +502,14 @@ impl Hub {
             return Ok(());
         };
         let cache = RepoCache::new(&self.config.cache_dir, repo);
+        let plan: Vec<(&str, Option<u64>)> = CHECKPOINT_FILES
+            .iter()
+            .filter_map(|p| {
+                let size = fs::metadata(cache.snapshot_file(commit, p)).ok()?.len();
+                Some((*p, Some(size)))
+            })
+            .collect();
+        progress.plan(&plan);
         for path in CHECKPOINT_FILES {
             let file = cache.snapshot_file(commit, path);
             // The blob's name is the digest it was stored under.

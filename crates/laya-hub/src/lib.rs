@@ -8,7 +8,8 @@
 //!   local checkpoint directory (used in place, nothing downloaded).
 //! * [`Hub`] — resolves a spec to a directory ([`Hub::resolve`], offline-first), downloads
 //!   ([`Hub::pull`]) into the Hugging Face cache layout so `huggingface_hub` and `laya` see
-//!   the same files, and lists what is cached ([`Hub::list`], [`render_models_table`]).
+//!   the same files, lists what is cached ([`Hub::list`], [`render_models_table`]) and
+//!   what one model is made of ([`Hub::show`]).
 //! * [`Progress`] — how a download reports; [`stderr_progress`] picks indicatif bars on a
 //!   terminal and plain lines otherwise.
 //!
@@ -36,6 +37,7 @@
 
 mod cache;
 mod config;
+mod details;
 mod download;
 mod error;
 mod hub;
@@ -48,10 +50,13 @@ mod spec;
 mod verify;
 
 pub use config::{env_flag, HubConfig, DEFAULT_ENDPOINT};
+pub use details::{FileDetails, FileState, ModelDetails};
 pub use error::HubError;
 pub use hub::{Hub, ResolvedModel};
 pub use list::{render_models_table, CachedModel};
 pub use lock::InUse;
 pub use models::{Digest, KnownModel, ModelTable, PinnedFile, CHECKPOINT_FILES, DEFAULT_MODEL};
-pub use progress::{format_size, stderr_progress, BarProgress, LineProgress, NoProgress, Progress};
+pub use progress::{
+    format_size, stderr_progress, suspend_bars, BarProgress, LineProgress, NoProgress, Progress,
+};
 pub use spec::ModelSpec;

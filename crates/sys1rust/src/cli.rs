@@ -45,6 +45,8 @@ pub enum Command {
     Pull(PullArgs),
     /// List the models in the cache.
     Models(ModelsArgs),
+    /// Show one model: its pin, files (sizes, hashes, what is cached), path and configs.
+    Show(ShowArgs),
     /// Delete a model from the cache (every cached revision); refused while a server uses it.
     Rm(RmArgs),
     /// Show what a running server has loaded, on which device (from its /health).
@@ -61,6 +63,19 @@ pub enum Command {
 pub struct ModelsArgs {
     /// One JSON object per cached snapshot, in an array (name, repo, revision, pinned, size
     /// in bytes, complete, path).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `sys1rust show`.
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    /// A model name (or alias), a Hugging Face repo id, or a checkpoint directory.
+    pub model: String,
+    /// A cached revision other than the pin (a branch, tag or commit prefix).
+    #[arg(long)]
+    pub revision: Option<String>,
+    /// One JSON object: the fields shown, with both config files in full.
     #[arg(long)]
     pub json: bool,
 }

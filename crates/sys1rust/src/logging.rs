@@ -4,7 +4,10 @@
 //! `LAYA_LOG_LEVEL`, parsed as upstream parses it); `RUST_LOG`, when set, overrides it with a
 //! full filter (per-module levels), as every tracing-based server lets it.
 
+use std::io::Write;
+
 use clap::ValueEnum;
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
 /// `--log-format`.
@@ -50,7 +53,7 @@ pub fn init(format: LogFormat, level: &str) {
         .unwrap_or_else(|| EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(AboveBars);
     match format {
         LogFormat::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -60,5 +63,31 @@ pub fn init(format: LogFormat, level: &str) {
             .with_current_span(true)
             .with_span_list(false)
             .init(),
+    }
+}
+
+/// stderr, with a download's progress bars cleared while a line is written and drawn again
+/// below it: a log line never lands inside a bar.
+struct AboveBars;
+
+impl<'a> MakeWriter<'a> for AboveBars {
+    type Writer = AboveBarsWriter;
+
+    fn make_writer(&'a self) -> AboveBarsWriter {
+        AboveBarsWriter
+    }
+}
+
+struct AboveBarsWriter;
+
+impl Write for AboveBarsWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The formatter hands over one whole event per write.
+        laya_hub::suspend_bars(|| std::io::stderr().write_all(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
     }
 }

@@ -746,3 +746,350 @@ fn unreachable_hub_fails_fast_with_advice() {
     assert!(out.stderr.contains("english (en, "), "{}", out.stderr);
     assert!(!out.stderr.contains("cannot be reached"), "{}", out.stderr);
 }
+
+// ---- the pull display on a terminal ----
+
+/// The screen a terminal would show after `bytes`: enough of VT100 for what indicatif
+/// writes (cursor up/down, column, erase line, erase below, carriage return, newline); other
+/// escapes (colours, cursor visibility) change nothing visible here.
+fn screen(bytes: &[u8]) -> Vec<String> {
+    const SCREEN_COLUMNS: usize = 120;
+    let text = String::from_utf8_lossy(bytes);
+    let mut rows: Vec<Vec<char>> = vec![Vec::new()];
+    let (mut row, mut col) = (0usize, 0usize);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' => col = 0,
+            '\n' => {
+                row += 1;
+                if rows.len() <= row {
+                    rows.push(Vec::new());
+                }
+            }
+            '\x1b' => {
+                if chars.peek() != Some(&'[') {
+                    chars.next();
+                    continue;
+                }
+                chars.next();
+                let mut params = String::new();
+                let mut command = ' ';
+                for p in chars.by_ref() {
+                    if p.is_ascii_alphabetic() || p == '~' {
+                        command = p;
+                        break;
+                    }
+                    params.push(p);
+                }
+                let n = params.trim_start_matches('?').parse::<usize>().ok();
+                match command {
+                    'A' => row = row.saturating_sub(n.unwrap_or(1).max(1)),
+                    'B' => {
+                        row += n.unwrap_or(1).max(1);
+                        while rows.len() <= row {
+                            rows.push(Vec::new());
+                        }
+                    }
+                    'G' => col = n.unwrap_or(1).max(1) - 1,
+                    'K' => match n.unwrap_or(0) {
+                        0 => rows[row].truncate(col),
+                        1 => (0..col.min(rows[row].len())).for_each(|i| rows[row][i] = ' '),
+                        _ => rows[row].clear(),
+                    },
+                    'J' if n.unwrap_or(0) == 0 => {
+                        rows[row].truncate(col);
+                        rows.truncate(row + 1);
+                    }
+                    _ => {}
+                }
+            }
+            c if c.is_control() => {}
+            c => {
+                // Deferred autowrap: the character after the last column starts the next row.
+                if col >= SCREEN_COLUMNS {
+                    col = 0;
+                    row += 1;
+                    if rows.len() <= row {
+                        rows.push(Vec::new());
+                    }
+                }
+                let line = &mut rows[row];
+                while line.len() < col {
+                    line.push(' ');
+                }
+                if col < line.len() {
+                    line[col] = c;
+                } else {
+                    line.push(c);
+                }
+                col += 1;
+            }
+        }
+    }
+    rows.into_iter()
+        .map(|r| r.into_iter().collect::<String>().trim_end().to_owned())
+        .filter(|r| !r.is_empty())
+        .collect()
+}
+
+/// Runs `sys1rust <args>` with stderr (and stdin) on a pseudo-terminal 120 columns wide and
+/// returns (success, stdout, everything written to the terminal). `kill_when` is polled;
+/// when it returns true the process is killed (an interrupted pull).
+fn on_terminal(
+    args: &[&str],
+    env: &[(&str, &str)],
+    kill_when: &dyn Fn() -> bool,
+) -> (bool, String, Vec<u8>) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (-1, -1);
+    let size = libc::winsize {
+        ws_row: 40,
+        ws_col: 120, // screen()'s SCREEN_COLUMNS
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two descriptors; the name buffer and termios are not asked for.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &size,
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned by nothing else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let mut cmd = command(args, env);
+    cmd.stdin(Stdio::from(slave.try_clone().expect("dup")))
+        .stderr(Stdio::from(slave));
+    let mut child = cmd.spawn().expect("sys1rust starts");
+    drop(cmd);
+    let out = collect(child.stdout.take().expect("stdout"), "out");
+    let screen_bytes = Arc::new(Mutex::new(Vec::new()));
+    let sink = screen_bytes.clone();
+    let mut reader = std::fs::File::from(master);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        // EIO once the last writer of the terminal has gone.
+        while let Ok(n @ 1..) = reader.read(&mut buf) {
+            sink.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(&buf[..n]);
+        }
+    });
+    let deadline = Instant::now() + STEP_LIMIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if kill_when() {
+            let _ = child.kill();
+            break child.wait().expect("wait");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sys1rust {args:?} ran past {STEP_LIMIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let bytes = screen_bytes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    (status.success(), joined(&out), bytes)
+}
+
+/// The last line of `screen` that starts with `prefix`, and that it is the only one.
+fn only_line<'a>(screen: &'a [String], prefix: &str) -> &'a str {
+    let lines: Vec<&String> = screen.iter().filter(|l| l.starts_with(prefix)).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "one line for {prefix:?} in:\n{}",
+        screen.join("\n")
+    );
+    lines[0]
+}
+
+/// MiB/s in a line's `(… MiB/s)`, or KiB/s or B/s scaled to MiB/s.
+fn rate_mib(line: &str) -> f64 {
+    let end = line
+        .rfind("/s)")
+        .unwrap_or_else(|| panic!("no rate in {line:?}"));
+    let start = line[..end]
+        .rfind('(')
+        .unwrap_or_else(|| panic!("no rate in {line:?}"))
+        + 1;
+    let (value, unit) = line[start..end]
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let v: f64 = value.parse().unwrap_or_else(|_| panic!("{line:?}"));
+    v / match unit {
+        "B" => 1048576.0,
+        "KiB" => 1024.0,
+        "MiB" => 1.0,
+        "GiB" => 1.0 / 1024.0,
+        other => panic!("unit {other} in {line:?}"),
+    }
+}
+
+/// On a terminal, `pull` shows one line per file and a total line; finished, each file line
+/// says `ok` with its full size, no bar or `verifying` line is left, log lines stand on lines
+/// of their own, and an interrupted pull run again says where it resumes and reports the
+/// speed of the bytes it fetched, not of those already on disk. `show` then reports the
+/// files as cached.
+#[test]
+fn pull_display_on_a_terminal_slow_then_resumed() {
+    let scratch = Scratch::new();
+    let home = scratch.0.join("hf-home");
+    let home_s = home.to_str().expect("utf-8");
+    let files = fixture_files();
+    let model_len = files["model.safetensors"].len() as u64;
+    let hub = MockHub::start(
+        HashMap::from([(REPO.to_owned(), MockRepo::new(COMMIT, files.clone()))]),
+        "unused-token",
+    );
+    let endpoint = hub.endpoint();
+    let env = [
+        ("HF_HOME", home_s),
+        ("HF_ENDPOINT", endpoint.as_str()),
+        ("RUST_LOG", "info"),
+    ];
+    // About 12 MiB/s: the first run is interrupted part-way.
+    let slow = Fault::Slow {
+        chunk: 64 * 1024,
+        delay: Duration::from_millis(5),
+    };
+    hub.fault("model.safetensors", slow.clone());
+    let blobs = home.join("hub/models--test-org--tiny/blobs");
+    let partial = || {
+        std::fs::read_dir(&blobs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".incomplete"))
+            .any(|e| e.metadata().is_ok_and(|m| m.len() >= 2 << 20))
+    };
+    let (ok, _, _) = on_terminal(&["pull", REPO], &env, &partial);
+    assert!(!ok, "the first pull was to be interrupted");
+
+    hub.fault("model.safetensors", slow);
+    let (ok, stdout, bytes) = on_terminal(&["pull", REPO], &env, &|| false);
+    let shown = screen(&bytes);
+    let text = shown.join("\n");
+    assert!(ok, "{text}");
+    assert!(stdout.contains(COMMIT), "{stdout}");
+    assert!(text.contains(&format!("pulling {REPO}@main")), "{text}");
+    for path in CHECKPOINT_FILES {
+        let line = only_line(&shown, &format!("{path} "));
+        assert!(line.contains(" ok  "), "{line}");
+    }
+    let model = only_line(&shown, "model.safetensors ");
+    let size = laya_hub::format_size(model_len);
+    assert!(model.contains(&format!(" ok  {size}, fetched ")), "{model}");
+    assert!(model.contains(", resumed at "), "{model}");
+    // The mock sends about 12 MiB/s; counting the resumed bytes would read far more.
+    let rate = rate_mib(model);
+    assert!(rate > 0.0 && rate < 40.0, "{rate} MiB/s: {model}");
+    let total = only_line(&shown, "total ");
+    assert!(total.contains(" ok  5 files, "), "{total}");
+    for line in &shown {
+        assert!(
+            !line.contains("verifying"),
+            "a verifying line is left: {text}"
+        );
+        assert!(!line.contains("=>"), "an unfinished bar is left: {text}");
+        if line.contains("INFO") {
+            assert!(
+                !CHECKPOINT_FILES.iter().any(|p| line.starts_with(p)) && !line.contains(" ok  "),
+                "a log line inside the display: {text}"
+            );
+        }
+    }
+    assert!(
+        text.contains("INFO") && text.contains("verified"),
+        "the INFO log lines were to be shown: {text}"
+    );
+    // The terminal saw the resume while it happened, not just in the result.
+    let raw = String::from_utf8_lossy(&bytes);
+    assert!(
+        raw.contains("resuming at ") && raw.contains(&format!(" of {size}")),
+        "{raw}"
+    );
+
+    // `show` reads the cache only: every file cached, configs from the snapshot.
+    let out = run(&["show", REPO, "--json"], &[("HF_HOME", home_s)]);
+    assert!(out.success, "{}", out.stderr);
+    let shown: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(shown["revision"], COMMIT);
+    assert_eq!(shown["complete"], true);
+    assert_eq!(shown["pinned"], false);
+    let listed = shown["files"].as_array().expect("files");
+    assert_eq!(listed.len(), CHECKPOINT_FILES.len());
+    for f in listed {
+        let path = f["path"].as_str().expect("path");
+        assert_eq!(f["state"], "cached", "{f}");
+        assert_eq!(f["size"], files[path].len() as u64, "{f}");
+    }
+    let encoder: serde_json::Value =
+        serde_json::from_slice(&files["encoder/config.json"]).expect("encoder config");
+    assert_eq!(shown["encoder"], encoder);
+    let out = run(&["show", REPO], &[("HF_HOME", home_s)]);
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("  cached      complete, "),
+        "{}",
+        out.stdout
+    );
+    let hidden = out
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("hidden_size "));
+    assert_eq!(
+        hidden.map(|l| l.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["hidden_size", &encoder["hidden_size"].to_string()]),
+        "{}",
+        out.stdout
+    );
+}
+
+/// `show` of a known model with nothing cached lists its pinned files as missing and says
+/// how to get them, without touching the network.
+#[test]
+fn show_a_known_model_before_any_pull() {
+    let scratch = Scratch::new();
+    let home = scratch.0.join("hf-home");
+    let home = home.to_str().expect("utf-8");
+    let env = [("HF_HOME", home), ("HF_ENDPOINT", "http://hub.invalid")];
+    let out = run(&["show", "typed-decisions", "--json"], &env);
+    assert!(out.success, "{}", out.stderr);
+    let shown: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    assert_eq!(shown["name"], "typed-decisions");
+    assert_eq!(shown["pinned"], true);
+    assert_eq!(shown["complete"], false);
+    assert_eq!(shown["checkpoint"], serde_json::Value::Null);
+    let files = shown["files"].as_array().expect("files");
+    assert_eq!(files.len(), CHECKPOINT_FILES.len());
+    assert!(files
+        .iter()
+        .all(|f| f["state"] == "missing" && f["size"].is_u64()));
+    let out = run(&["show", "typed-decisions"], &env);
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("nothing yet: sys1rust pull typed-decisions"),
+        "{}",
+        out.stdout
+    );
+    let out = run(&["show", "test-org/uncached"], &env);
+    assert!(!out.success);
+    assert!(
+        out.stderr.contains("sys1rust pull test-org/uncached"),
+        "{}",
+        out.stderr
+    );
+}

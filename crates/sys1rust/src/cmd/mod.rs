@@ -26,6 +26,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Pull(args) => models::pull(&args),
         Command::Models(args) => models::list(&args),
+        Command::Show(args) => models::show(&args),
         Command::Rm(args) => models::remove(&args),
         Command::Ps(args) => health::ps(&args),
         Command::Completions(args) => {
