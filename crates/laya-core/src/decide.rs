@@ -459,84 +459,164 @@ pub fn decide_many<C: Checkpoints>(
     settings: &Settings,
     ds: &[&Decision],
 ) -> Vec<Result<Decided, DecideError>> {
-    let pass_tokens = settings.pass_tokens;
-    let started = std::time::Instant::now();
-    // 1. Pure: the tournament plan, routing and the question checks of each request.
-    let planned: Vec<Result<Planned, DecideError>> = par_map(ds, |d| plan_request(settings, d));
-    // 2. The tokenizers of the resident, batch-invariant agents the plain requests go to.
-    let mut parts: Vec<(u64, Arc<Tokenizer>, AgentConfig)> = Vec::new();
-    for p in planned.iter().flatten() {
-        for name in p.names.iter().filter(|_| !p.alone) {
-            let Some(key) = checkpoints.agent_key(name) else {
+    let none: Vec<Option<Preparation>> = ds.iter().map(|_| None).collect();
+    decide_prepared(checkpoints, settings, ds, none)
+}
+
+/// The tokenizers and configs of resident agents whose rows can share passes, by the names
+/// routed to them: what lets a request be laid out ([`prepare`]) away from the thread that
+/// owns the checkpoints. A snapshot; [`decide_prepared`] checks it is still current.
+#[derive(Clone, Default)]
+pub struct Layouts {
+    keys: Vec<(Checkpoint, u64)>,
+    parts: Vec<(u64, Arc<Tokenizer>, AgentConfig)>,
+}
+
+impl Layouts {
+    /// The layouts of the resident, batch-invariant agents that answer `names`.
+    pub fn of<C: Checkpoints>(
+        checkpoints: &mut C,
+        names: impl IntoIterator<Item = Checkpoint>,
+    ) -> Layouts {
+        let mut out = Layouts::default();
+        for name in names {
+            if out.keys.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            let Some(key) = checkpoints.agent_key(&name) else {
                 continue;
             };
-            if parts.iter().any(|(k, _, _)| *k == key) {
-                continue;
-            }
-            if let Some(agent) = checkpoints.peek(key) {
-                if agent.forward.batch_invariant() {
-                    parts.push((key, agent.tokenizer.clone(), agent.config.clone()));
+            if !out.parts.iter().any(|(k, _, _)| *k == key) {
+                match checkpoints.peek(key) {
+                    Some(agent) if agent.forward.batch_invariant() => {
+                        out.parts
+                            .push((key, agent.tokenizer.clone(), agent.config.clone()));
+                    }
+                    _ => continue,
                 }
             }
+            out.keys.push((name, key));
         }
+        out
     }
-    // 3. Pure: the rows of every group of every request that can share passes.
-    let keyed: Vec<Option<Vec<u64>>> = planned
-        .iter()
-        .map(|p| match p {
-            Ok(p) if !p.alone => p
-                .names
-                .iter()
-                .map(|n| {
-                    let key = checkpoints.agent_key(n)?;
-                    parts.iter().any(|(k, _, _)| *k == key).then_some(key)
-                })
-                .collect(),
-            _ => None,
-        })
-        .collect();
-    let work: Vec<(usize, &Decision, &Planned, &[u64])> = planned
-        .iter()
-        .zip(&keyed)
-        .enumerate()
-        .filter_map(|(i, (p, k))| match (p, k) {
-            (Ok(p), Some(keys)) => Some((i, ds[i], p, keys.as_slice())),
-            _ => None,
-        })
-        .collect();
-    let laid: Vec<(usize, Vec<LaidGroup>)> = par_map(&work, |&(i, d, p, keys)| {
-        let groups = p
-            .names
+
+    /// The names this snapshot can lay out.
+    pub fn names(&self) -> impl Iterator<Item = &Checkpoint> {
+        self.keys.iter().map(|(n, _)| n)
+    }
+
+    /// Whether it can lay out anything.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    fn part(&self, name: &Checkpoint) -> Option<(u64, &Tokenizer, &AgentConfig)> {
+        let key = self.keys.iter().find(|(n, _)| n == name)?.1;
+        let (_, tokenizer, config) = self.parts.iter().find(|(k, _, _)| *k == key)?;
+        Some((key, tokenizer, config))
+    }
+
+    /// Every group of a plain request laid out, or `None` when a routed checkpoint has no
+    /// layout here (the request then runs alone).
+    fn lay(&self, d: &Decision, p: &Planned) -> Option<Vec<LaidGroup>> {
+        p.names
             .iter()
-            .zip(keys)
-            .map(|(name, &key)| {
+            .map(|name| {
+                let (key, tokenizer, config) = self.part(name)?;
                 let members: Vec<usize> = (0..d.states.len())
                     .filter(|&s| &p.routes[s].model == name)
                     .collect();
-                let rows = match (&p.questions, parts.iter().find(|(k, _, _)| *k == key)) {
-                    (Ok(q), Some((_, tokenizer, config))) if !q.is_empty() => {
+                let rows = match &p.questions {
+                    Ok(q) if !q.is_empty() => {
                         let states: Vec<&Value> = members.iter().map(|&s| &d.states[s]).collect();
                         crate::agent::layout_rows(tokenizer, config, &states, q, &d.opts)
                     }
                     _ => Ok(vec![Vec::new(); members.len()]),
                 };
-                LaidGroup {
+                Some(LaidGroup {
                     name: name.clone(),
                     key,
                     members,
                     rows,
-                }
+                })
             })
-            .collect();
-        (i, groups)
-    });
-    let mut laid: Vec<Option<Vec<LaidGroup>>> = {
-        let mut v: Vec<Option<Vec<LaidGroup>>> = (0..ds.len()).map(|_| None).collect();
-        for (i, groups) in laid {
-            v[i] = Some(groups);
-        }
-        v
+            .collect()
+    }
+}
+
+/// What [`prepare`] made of one request: its plan (routing, question checks) and, when it
+/// can share passes, its rows.
+pub struct Preparation {
+    planned: Result<Planned, DecideError>,
+    laid: Option<Vec<LaidGroup>>,
+}
+
+impl Preparation {
+    /// Whether its rows were laid out (it can share passes without more preparation).
+    pub fn laid_out(&self) -> bool {
+        self.laid.is_some()
+    }
+
+    /// Whether the request still needs laying out on the checkpoints' thread.
+    fn needs_layout(&self) -> bool {
+        matches!(&self.planned, Ok(p) if !p.alone) && self.laid.is_none()
+    }
+}
+
+/// The part of a decision that needs no checkpoint state, run on any thread: the tournament
+/// plan, routing, the question checks and, with `layouts`, tokenization and layout. The same
+/// work [`decide_many`] does itself, so a request prepared ahead gets the same answer.
+pub fn prepare(settings: &Settings, layouts: &Layouts, d: &Decision) -> Preparation {
+    let planned = plan_request(settings, d);
+    let laid = match &planned {
+        Ok(p) if !p.alone => layouts.lay(d, p),
+        _ => None,
     };
+    Preparation { planned, laid }
+}
+
+/// [`decide_many`] with requests that may have been [`prepare`]d ahead: what is `None`, or
+/// was laid out on agents that are no longer resident, is prepared here first.
+pub fn decide_prepared<C: Checkpoints>(
+    checkpoints: &mut C,
+    settings: &Settings,
+    ds: &[&Decision],
+    mut preps: Vec<Option<Preparation>>,
+) -> Vec<Result<Decided, DecideError>> {
+    let pass_tokens = settings.pass_tokens;
+    let started = std::time::Instant::now();
+    preps.resize_with(ds.len(), || None);
+    // 1. Pure, for what was not prepared ahead: the tournament plan, routing and the
+    // question checks of each request.
+    let todo: Vec<usize> = (0..ds.len()).filter(|&i| preps[i].is_none()).collect();
+    let plans = par_map(&todo, |&i| plan_request(settings, ds[i]));
+    for (i, planned) in todo.into_iter().zip(plans) {
+        preps[i] = Some(Preparation {
+            planned,
+            laid: None,
+        });
+    }
+    let mut preps: Vec<Preparation> = preps.into_iter().flatten().collect();
+    // 2. The layouts of the resident agents the plain requests without rows go to.
+    let todo: Vec<usize> = (0..ds.len()).filter(|&i| preps[i].needs_layout()).collect();
+    if !todo.is_empty() {
+        let names: Vec<Checkpoint> = todo
+            .iter()
+            .filter_map(|&i| preps[i].planned.as_ref().ok())
+            .flat_map(|p| p.names.iter().cloned())
+            .collect();
+        let layouts = Layouts::of(checkpoints, names);
+        // 3. Pure: their rows.
+        let laid = par_map(&todo, |&i| match &preps[i].planned {
+            Ok(p) => layouts.lay(ds[i], p),
+            Err(_) => None,
+        });
+        for (i, groups) in todo.into_iter().zip(laid) {
+            preps[i].laid = groups;
+        }
+    }
+    let (planned, mut laid): (Vec<_>, Vec<_>) =
+        preps.into_iter().map(|p| (p.planned, p.laid)).unzip();
     let prepared_us = started.elapsed().as_micros() as u64;
     // 4. In order: the residency order and loads as each request alone would move them.
     let mut out: Vec<Option<Result<Decided, DecideError>>> = (0..ds.len()).map(|_| None).collect();

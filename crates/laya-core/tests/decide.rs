@@ -1,14 +1,19 @@
 //! `decide_many` against `decide`: every request of the fixture workloads decided alone, in
 //! order, and again in random groups sharing forward passes. The answers (or errors), the
 //! loads and the residency order after every group must be the same, and the shared passes
-//! must really be shared.
+//! must really be shared. Each runs twice: decided in one call ([`decide_many`]), and with
+//! every request prepared ahead from the layouts published after the previous group, as the
+//! server's worker does ([`prepare`], [`decide_prepared`]; stale after a load or eviction).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use laya_core::agent::Agent;
 use laya_core::checkpoints::{Checkpoints, Loaded, Router, Single};
-use laya_core::decide::{decide, decide_many, DecideError, Decided, Decision, Settings};
+use laya_core::decide::{
+    decide, decide_many, decide_prepared, prepare, DecideError, Decided, Decision, Layouts,
+    Settings,
+};
 use laya_core::engine::{EngineError, EngineInfo, Forward, Row, RowLogits};
 use laya_core::request::{parse_batch, parse_decision, Limits};
 use laya_core::routing::{Checkpoint, RoutingConfig};
@@ -127,22 +132,43 @@ impl Lcg {
     }
 }
 
-/// Runs `ds` alone on `alone` and in random groups of 1-16 on `shared`, comparing answers and
-/// what `check` says of the two after each group. Returns the passes each made.
+/// Runs `ds` alone on `alone` and in random groups of 1-16 on `shared` (prepared `ahead` or
+/// not), comparing answers and what `check` says of the two after each group. Returns how
+/// many requests were laid out ahead.
 fn compare<C: Checkpoints>(
     ds: &[Decision],
     settings: &Settings,
     alone: &mut C,
     shared: &mut C,
     seed: u64,
+    ahead: bool,
     mut check: impl FnMut(&C, &C, usize),
-) {
+) -> usize {
+    let mut laid_ahead = 0;
     let mut rng = Lcg(seed);
     let mut at = 0;
+    let mut layouts = Layouts::default();
     while at < ds.len() {
         let n = (1 + rng.below(16)).min(ds.len() - at);
         let group: Vec<&Decision> = ds[at..at + n].iter().collect();
-        let together = decide_many(shared, settings, &group);
+        let together = if ahead {
+            let preps: Vec<_> = group
+                .iter()
+                .map(|d| Some(prepare(settings, &layouts, d)))
+                .collect();
+            laid_ahead += preps.iter().flatten().filter(|p| p.laid_out()).count();
+            let out = decide_prepared(shared, settings, &group, preps);
+            let routed: Vec<Checkpoint> = out
+                .iter()
+                .flatten()
+                .flat_map(|d| d.states.iter().map(|s| s.routing.model.clone()))
+                .collect();
+            let known: Vec<Checkpoint> = layouts.names().cloned().collect();
+            layouts = Layouts::of(shared, known.into_iter().chain(routed));
+            out
+        } else {
+            decide_many(shared, settings, &group)
+        };
         assert_eq!(together.len(), n);
         for (k, d) in group.iter().enumerate() {
             let solo = decide(alone, settings, d);
@@ -160,11 +186,12 @@ fn compare<C: Checkpoints>(
         check(alone, shared, at + n);
         at += n;
     }
+    laid_ahead
 }
 
 #[test]
 fn shared_passes_give_every_request_its_own_answer() {
-    for tournament_group in [0, 2] {
+    for (tournament_group, ahead) in [(0, false), (2, false), (0, true), (2, true)] {
         let settings = Settings {
             routing: RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false),
             tournament_group,
@@ -175,24 +202,35 @@ fn shared_passes_give_every_request_its_own_answer() {
         let (alone_passes, shared_passes) = (Arc::default(), Arc::default());
         let mut alone = Single::new(agent("tiny", &alone_passes, true), None);
         let mut shared = Single::new(agent("tiny", &shared_passes, true), None);
-        compare(&ds, &settings, &mut alone, &mut shared, 3, |a, b, n| {
-            assert_eq!(
-                a.resident(),
-                b.resident(),
-                "residency order after {n} requests"
-            );
-        });
+        let laid = compare(
+            &ds,
+            &settings,
+            &mut alone,
+            &mut shared,
+            3,
+            ahead,
+            |a, b, n| {
+                assert_eq!(
+                    a.resident(),
+                    b.resident(),
+                    "residency order after {n} requests"
+                );
+            },
+        );
         let (a, s): (usize, usize) = (
             alone_passes.load(Ordering::SeqCst),
             shared_passes.load(Ordering::SeqCst),
         );
         println!(
-            "tournament {tournament_group}: {} requests, {a} passes alone, {s} shared",
+            "tournament {tournament_group}, prepared ahead {ahead}: {} requests, {a} passes alone, {s} shared",
             ds.len()
         );
         // With tournaments most choices play their rounds alone; the rest still share.
         let bound = if tournament_group == 0 { a / 2 } else { a };
         assert!(s < bound, "passes were not shared: {s} of {a}");
+        if ahead && tournament_group == 0 {
+            assert!(laid > ds.len() / 2, "{laid} of {} laid out ahead", ds.len());
+        }
     }
 }
 
@@ -205,31 +243,39 @@ fn the_router_loads_and_evicts_as_it_would_for_each_request_alone() {
         pass_tokens: 8192,
     };
     let ds = decisions(&routing);
-    for max_loaded in [1, 2, 3] {
+    for (max_loaded, ahead) in [1, 2, 3].into_iter().flat_map(|m| [(m, false), (m, true)]) {
         let (passes_a, loads_a) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
         let (passes_b, loads_b) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
         let mut alone = router(max_loaded, &passes_a, &loads_a);
         let mut shared = router(max_loaded, &passes_b, &loads_b);
-        compare(&ds, &settings, &mut alone, &mut shared, 5, |a, b, n| {
-            let names = |c: &Router<Counted>| -> Vec<(String, u64)> {
-                c.resident()
-                    .into_iter()
-                    .map(|r| (r.name.name().to_owned(), r.loaded))
-                    .collect()
-            };
-            assert_eq!(
-                names(a),
-                names(b),
-                "max_loaded {max_loaded}: resident after {n} requests"
-            );
-            assert_eq!(
-                loads_a.load(Ordering::SeqCst),
-                loads_b.load(Ordering::SeqCst),
-                "max_loaded {max_loaded}: loads after {n} requests"
-            );
-        });
+        compare(
+            &ds,
+            &settings,
+            &mut alone,
+            &mut shared,
+            5,
+            ahead,
+            |a, b, n| {
+                let names = |c: &Router<Counted>| -> Vec<(String, u64)> {
+                    c.resident()
+                        .into_iter()
+                        .map(|r| (r.name.name().to_owned(), r.loaded))
+                        .collect()
+                };
+                assert_eq!(
+                    names(a),
+                    names(b),
+                    "max_loaded {max_loaded}: resident after {n} requests"
+                );
+                assert_eq!(
+                    loads_a.load(Ordering::SeqCst),
+                    loads_b.load(Ordering::SeqCst),
+                    "max_loaded {max_loaded}: loads after {n} requests"
+                );
+            },
+        );
         println!(
-            "max_loaded {max_loaded}: {} loads; passes {} alone, {} shared",
+            "max_loaded {max_loaded}, prepared ahead {ahead}: {} loads; passes {} alone, {} shared",
             loads_a.load(Ordering::SeqCst),
             passes_a.load(Ordering::SeqCst),
             passes_b.load(Ordering::SeqCst)
@@ -248,7 +294,15 @@ fn an_engine_that_is_not_batch_invariant_runs_each_request_alone() {
     let (alone_passes, shared_passes) = (Arc::default(), Arc::default());
     let mut alone = Single::new(agent("tiny", &alone_passes, false), None);
     let mut shared = Single::new(agent("tiny", &shared_passes, false), None);
-    compare(&ds, &settings, &mut alone, &mut shared, 9, |_, _, _| {});
+    compare(
+        &ds,
+        &settings,
+        &mut alone,
+        &mut shared,
+        9,
+        true,
+        |_, _, _| {},
+    );
     assert_eq!(
         alone_passes.load(Ordering::SeqCst),
         shared_passes.load(Ordering::SeqCst)

@@ -120,7 +120,9 @@ impl Pool {
                 return Err(WorkerError::Stopped);
             };
             let member = &self.members[slot.index];
-            match member.handle.enqueue(job.0, job.1) {
+            // Prepared for this worker's checkpoints: one given back is prepared again.
+            let prepped = member.handle.prepare(job.0).await;
+            match member.handle.enqueue(prepped, job.1) {
                 Ok(reply) => {
                     let outcome = match reply.await {
                         Ok(outcome) => outcome,

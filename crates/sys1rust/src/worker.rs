@@ -7,19 +7,27 @@
 //!
 //! Whatever is queued when the worker looks is taken together: on an engine whose answers do
 //! not depend on their batch mates the requests share forward passes
-//! ([`laya_core::decide::decide_many`]), each still getting the answer it would get alone.
-//! Nothing waits for more requests to arrive.
+//! ([`laya_core::decide::decide_prepared`]), each still getting the answer it would get
+//! alone. Nothing waits for more requests to arrive.
+//!
+//! On such an engine a request is also prepared (routed, checked, tokenized and laid out,
+//! [`laya_core::decide::prepare`]) on a blocking thread of its own before it is queued, from
+//! the worker's last published [`Layouts`]: the worker thread then spends its time on
+//! forward passes, and the preparation of the next requests overlaps the current pass.
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use laya_core::checkpoints::Resident;
-use laya_core::decide::{self, Checkpoints, DecideError, Decided, Decision, Settings};
+use laya_core::decide::{
+    self, Checkpoints, DecideError, Decided, Decision, Layouts, Preparation, Settings,
+};
 use laya_core::engine::EngineInfo;
 use tokio::sync::oneshot;
 
-/// A finished decision and upstream's `X-Inference-Time-Ms`: from taking the job off the
-/// queue to its answer (routing, tokenization, forward passes, decoding, gate).
+/// A finished decision and upstream's `X-Inference-Time-Ms`: the time spent on it (its
+/// preparation ahead, when it was prepared ahead, plus from taking the job off the queue to
+/// its answer: routing, tokenization, forward passes, decoding, gate).
 #[derive(Debug)]
 pub struct Answer {
     pub decided: Decided,
@@ -41,6 +49,9 @@ pub enum WorkerError {
 
 struct Job {
     decision: Decision,
+    /// What [`WorkerHandle::prepare`] did ahead, and how long it took.
+    prepared: Option<Preparation>,
+    prepare_ms: f64,
     span: tracing::Span,
     /// The request's admission slot: held until its decision is done, even when the client
     /// has gone, as upstream's handler holds it.
@@ -79,6 +90,26 @@ struct Published {
     last_request: Instant,
     /// Jobs dropped before they ran because their client had gone (or timed out).
     cancelled: u64,
+    /// What requests can be laid out with ahead of the queue (empty on an engine whose
+    /// requests do not share passes).
+    layouts: Arc<Layouts>,
+}
+
+/// A decision with what was prepared of it ahead of the queue.
+pub(crate) struct Prepped {
+    pub decision: Decision,
+    prepared: Option<Preparation>,
+    prepare_ms: f64,
+}
+
+impl From<Decision> for Prepped {
+    fn from(decision: Decision) -> Prepped {
+        Prepped {
+            decision,
+            prepared: None,
+            prepare_ms: 0.0,
+        }
+    }
 }
 
 /// Where a queued decision's outcome arrives.
@@ -91,6 +122,7 @@ pub(crate) type Unsent = (Decision, Box<dyn Send>);
 pub struct WorkerHandle {
     tx: mpsc::SyncSender<Job>,
     published: Arc<Mutex<Published>>,
+    settings: Arc<Settings>,
 }
 
 impl WorkerHandle {
@@ -127,21 +159,55 @@ impl WorkerHandle {
         decision: Decision,
         ticket: impl Send + 'static,
     ) -> Result<Answer, WorkerError> {
-        match self.enqueue(decision, Box::new(ticket)) {
+        let prepped = self.prepare(decision).await;
+        match self.enqueue(prepped, Box::new(ticket)) {
             Ok(reply) => reply.await.map_err(|_| WorkerError::Stopped)?,
             Err(_) => Err(WorkerError::Stopped),
+        }
+    }
+
+    /// Prepares a decision on a blocking thread from the worker's published layouts; as it
+    /// is when the worker's requests do not share passes (nothing to lay out ahead).
+    pub(crate) async fn prepare(&self, decision: Decision) -> Prepped {
+        let layouts = self
+            .published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .layouts
+            .clone();
+        if layouts.is_empty() {
+            return decision.into();
+        }
+        let settings = self.settings.clone();
+        let span = tracing::Span::current();
+        let work = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let started = Instant::now();
+            let prepared = decide::prepare(&settings, &layouts, &decision);
+            Prepped {
+                decision,
+                prepared: Some(prepared),
+                prepare_ms: started.elapsed().as_secs_f64() * 1e3,
+            }
+        });
+        match work.await {
+            Ok(prepped) => prepped,
+            // Preparation is pure; a panic in it is the worker's to meet and report.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
     }
 
     /// Queues a decision; gives it back, with its ticket, when the worker thread is gone.
     pub(crate) fn enqueue(
         &self,
-        decision: Decision,
+        prepped: Prepped,
         ticket: Box<dyn Send>,
     ) -> Result<Reply, Box<Unsent>> {
         let (reply, rx) = oneshot::channel();
         let job = Job {
-            decision,
+            decision: prepped.decision,
+            prepared: prepped.prepared,
+            prepare_ms: prepped.prepare_ms,
             span: tracing::Span::current(),
             _ticket: ticket,
             reply,
@@ -195,14 +261,21 @@ where
         resident: Vec::new(),
         last_request: Instant::now(),
         cancelled: 0,
+        layouts: Arc::new(Layouts::default()),
     }));
+    let shared_settings = Arc::new(settings.clone());
     let shared = published.clone();
     let thread = std::thread::Builder::new()
         .name("sys1-engine".into())
         .spawn(move || {
             let mut checkpoints = match build() {
-                Ok((checkpoints, started)) => {
+                Ok((mut checkpoints, started)) => {
                     publish(&shared, &checkpoints, false);
+                    if pass_tokens > 0 {
+                        let names = checkpoints.resident().into_iter().map(|r| r.name);
+                        let layouts = Layouts::of(&mut checkpoints, names);
+                        publish_layouts(&shared, layouts);
+                    }
                     let _ = ready_tx.send(Ok(started));
                     checkpoints
                 }
@@ -265,25 +338,48 @@ where
                 }
                 let started = Instant::now();
                 let outcomes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    if let [job] = &jobs[..] {
+                    if let [job] = &mut jobs[..] {
                         let _entered = job.span.enter();
-                        return vec![decide::decide(&mut checkpoints, &settings, &job.decision)];
+                        if job.prepared.is_none() {
+                            return vec![decide::decide(
+                                &mut checkpoints,
+                                &settings,
+                                &job.decision,
+                            )];
+                        }
                     }
                     let _span = tracing::debug_span!("shared", requests = jobs.len()).entered();
+                    let preps: Vec<Option<Preparation>> =
+                        jobs.iter_mut().map(|j| j.prepared.take()).collect();
                     let decisions: Vec<&Decision> = jobs.iter().map(|j| &j.decision).collect();
-                    decide::decide_many(&mut checkpoints, &settings, &decisions)
+                    decide::decide_prepared(&mut checkpoints, &settings, &decisions, preps)
                 }));
-                let inference_ms = started.elapsed().as_secs_f64() * 1e3;
+                let worker_ms = started.elapsed().as_secs_f64() * 1e3;
                 publish(&shared, &checkpoints, true);
-                let mut outcomes = match outcomes {
+                let mut outcomes: Vec<Option<Result<Decided, DecideError>>> = match outcomes {
                     Ok(o) => o.into_iter().map(Some).collect(),
                     Err(_) => Vec::new(),
                 };
+                if pass_tokens > 0 {
+                    // What the next requests are laid out with: the names routed so far, on
+                    // the agents resident now.
+                    let routed = outcomes
+                        .iter()
+                        .flatten()
+                        .flatten()
+                        .flat_map(|d| d.states.iter().map(|s| s.routing.model.clone()));
+                    let known: Vec<_> = {
+                        let p = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        p.layouts.names().cloned().collect()
+                    };
+                    let layouts = Layouts::of(&mut checkpoints, known.into_iter().chain(routed));
+                    publish_layouts(&shared, layouts);
+                }
                 for (i, job) in jobs.into_iter().enumerate() {
                     let outcome = match outcomes.get_mut(i).and_then(Option::take) {
                         Some(Ok(decided)) => Ok(Answer {
                             decided,
-                            inference_ms,
+                            inference_ms: job.prepare_ms + worker_ms,
                         }),
                         Some(Err(e)) => Err(WorkerError::Decide(e)),
                         None => Err(WorkerError::Panicked),
@@ -293,7 +389,19 @@ where
                 }
             }
         })?;
-    Ok((WorkerHandle { tx, published }, ready_rx, thread))
+    Ok((
+        WorkerHandle {
+            tx,
+            published,
+            settings: shared_settings,
+        },
+        ready_rx,
+        thread,
+    ))
+}
+
+fn publish_layouts(to: &Mutex<Published>, layouts: Layouts) {
+    to.lock().unwrap_or_else(|e| e.into_inner()).layouts = Arc::new(layouts);
 }
 
 fn publish(to: &Mutex<Published>, checkpoints: &impl Checkpoints, decided: bool) {
