@@ -13,6 +13,7 @@ use mlx_rs::{ops, Array};
 
 use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
+use crate::host_attention::{self, RopeTables};
 use crate::layers::{gelu_erf, LayerNorm, Linear};
 use crate::settings::{Kernels, SlidingAttention};
 use crate::weights::TensorStore;
@@ -71,6 +72,10 @@ pub(crate) struct Encoder {
     padded: bool,
     /// The GeGLU computed on the host ([`crate::EngineSettings::host_math`]).
     host_geglu: bool,
+    /// Self-attention (with RoPE) computed on the host ([`crate::host_attention`]): with the
+    /// host math, on per-row (unpadded) attention.
+    host_attention: bool,
+    rope_tables: RopeTables,
 }
 
 impl Encoder {
@@ -131,6 +136,8 @@ impl Encoder {
             sliding,
             padded: kernels.padded,
             host_geglu: kernels.host_math,
+            host_attention: kernels.host_math && !kernels.padded,
+            rope_tables: RopeTables::default(),
         })
     }
 
@@ -155,26 +162,30 @@ impl Encoder {
                 None => x.clone(),
             };
             let qkv = layer.wqkv.forward(&a)?;
-            let d = self.hidden as i32;
-            let parts = ops::split_at_indices(&qkv, &[d, 2 * d], 1)?;
-            let window = match layer.kind {
-                LayerKind::Global => Window::Full,
-                LayerKind::Sliding => Window::Sliding {
-                    half: self.half_window,
-                    layout: self.sliding,
-                },
+            let attn = if self.host_attention {
+                self.host_self_attention(&qkv, spans, layer)?
+            } else {
+                let d = self.hidden as i32;
+                let parts = ops::split_at_indices(&qkv, &[d, 2 * d], 1)?;
+                let window = match layer.kind {
+                    LayerKind::Global => Window::Full,
+                    LayerKind::Sliding => Window::Sliding {
+                        half: self.half_window,
+                        layout: self.sliding,
+                    },
+                };
+                packed_attention(
+                    &parts[0],
+                    &parts[1],
+                    &parts[2],
+                    spans,
+                    spans,
+                    self.heads,
+                    Some(layer.rope_theta),
+                    window,
+                    padded.as_ref(),
+                )?
             };
-            let attn = packed_attention(
-                &parts[0],
-                &parts[1],
-                &parts[2],
-                spans,
-                spans,
-                self.heads,
-                Some(layer.rope_theta),
-                window,
-                padded.as_ref(),
-            )?;
             x = x.add(layer.wo.forward(&attn)?)?;
             tap(&format!("layer {l} attention"), &x)?;
 
@@ -189,6 +200,31 @@ impl Encoder {
             tap(&format!("layer {l} mlp"), &x)?;
         }
         self.final_norm.forward(&x)
+    }
+
+    /// One layer's attention from its fused `qkv` (`[T, 3d]`) on the host, in f32; returns
+    /// `[T, d]` in `qkv`'s dtype.
+    fn host_self_attention(
+        &self,
+        qkv: &Array,
+        spans: &[Span],
+        layer: &EncoderLayer,
+    ) -> Result<Array, Exception> {
+        let io = qkv.dtype();
+        let qkv = qkv.as_dtype(mlx_rs::Dtype::Float32)?;
+        let values = qkv
+            .try_as_slice::<f32>()
+            .map_err(|e| Exception::custom(format!("reading the attention input: {e}")))?;
+        let longest = spans.iter().map(|s| s.len).max().unwrap_or(0);
+        let (heads, head_dim) = (self.heads.heads, self.heads.head_dim);
+        let rope = self.rope_tables.get(layer.rope_theta, head_dim, longest);
+        let half = match layer.kind {
+            LayerKind::Global => None,
+            LayerKind::Sliding => Some(self.half_window),
+        };
+        let out = host_attention::self_attention(values, spans, heads, head_dim, &rope, half);
+        let tokens = (out.len() / self.hidden) as i32;
+        Array::from_slice(&out, &[tokens, self.hidden as i32]).as_dtype(io)
     }
 
     /// Vocabulary size (token ids must be below it).

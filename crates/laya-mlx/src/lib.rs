@@ -9,8 +9,9 @@
 //! logits out, in f32.
 //!
 //! Rows are never padded against each other in a linear layer: every one runs on all rows'
-//! tokens packed into one matrix. Attention runs per row on the CPU, and on a GPU over the
-//! rows padded to the longest with the padding masked out (`attention.rs`).
+//! tokens packed into one matrix. Attention runs per row on the CPU (the encoder's on the
+//! host, `host_attention.rs`), and on a GPU over the rows padded to the longest with the
+//! padding masked out (`attention.rs`).
 //!
 //! ```no_run
 //! use laya_core::engine::{Forward, Row};
@@ -32,6 +33,7 @@ mod engine;
 mod error;
 mod head;
 mod host;
+mod host_attention;
 mod layers;
 mod settings;
 pub mod weights;

@@ -88,7 +88,8 @@ pub struct EngineSettings {
     /// Compute the encoder's GeGLU (exact-erf GELU times the gate) and the attention softmax
     /// on the host, vectorized and across cores, instead of with MLX's CPU `erf` and `exp`,
     /// which run one element at a time. `None` does so on the CPU. The erf is the form
-    /// PyTorch's CPU kernels use.
+    /// PyTorch's CPU kernels use. With per-row attention, the encoder's whole self-attention
+    /// (RoPE, scores, softmax, values) runs on the host too (`host_attention.rs`).
     pub host_math: Option<bool>,
 }
 
