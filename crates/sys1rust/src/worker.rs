@@ -95,6 +95,23 @@ struct Published {
     layouts: Arc<Layouts>,
 }
 
+/// Counts a decision dropped while it was being prepared (see [`WorkerHandle::prepare`]).
+struct Cancelled<'a> {
+    published: &'a Mutex<Published>,
+    armed: bool,
+}
+
+impl Drop for Cancelled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.published
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .cancelled += 1;
+        }
+    }
+}
+
 /// A decision with what was prepared of it ahead of the queue.
 pub(crate) struct Prepped {
     pub decision: Decision,
@@ -180,6 +197,12 @@ impl WorkerHandle {
         }
         let settings = self.settings.clone();
         let span = tracing::Span::current();
+        // A client that leaves while its request is prepared drops this future: that request
+        // is a queued decision dropped unrun, counted as the worker counts the others.
+        let mut left = Cancelled {
+            published: &self.published,
+            armed: true,
+        };
         let work = tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
             let started = Instant::now();
@@ -190,7 +213,9 @@ impl WorkerHandle {
                 prepare_ms: started.elapsed().as_secs_f64() * 1e3,
             }
         });
-        match work.await {
+        let done = work.await;
+        left.armed = false;
+        match done {
             Ok(prepped) => prepped,
             // Preparation is pure; a panic in it is the worker's to meet and report.
             Err(e) => std::panic::resume_unwind(e.into_panic()),
