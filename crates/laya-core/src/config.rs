@@ -360,3 +360,39 @@ impl CheckpointConfig {
         })
     }
 }
+
+/// RoPE's `cos` and `sin` of `pos · θ^(−2i/hd)` for `i < hd/2` and `pos < positions`,
+/// row-major `[pos][hd/2]`, every product and function in f32 (`model.md` §3.1, as
+/// transformers computes `inv_freq` and the angles). Both engines build their tables here.
+pub fn rope_table(theta: f32, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0f32 / theta.powf((2 * i) as f32 / head_dim as f32))
+        .collect();
+    let mut cos = Vec::with_capacity(positions * half);
+    let mut sin = Vec::with_capacity(positions * half);
+    for p in 0..positions {
+        for &f in &inv {
+            let a = p as f32 * f;
+            cos.push(a.cos());
+            sin.push(a.sin());
+        }
+    }
+    (cos, sin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rope_table;
+
+    #[test]
+    fn rope_table_starts_at_angle_zero_and_rotates_by_inv_freq() {
+        let (c, s) = rope_table(10000.0, 64, 3);
+        assert_eq!(c.len(), 3 * 32);
+        assert!(c[..32].iter().all(|&x| x == 1.0) && s[..32].iter().all(|&x| x == 0.0));
+        // Position 1, i = 0: angle 1 rad; i = 31: 10000^(-62/64).
+        assert_eq!(c[32], 1.0f32.cos());
+        let f = 1.0f32 / 10000f32.powf(62.0 / 64.0);
+        assert_eq!(s[63], f.sin());
+    }
+}

@@ -4,7 +4,7 @@
 //! Also the RoPE tables, computed in f32 as torch does (`model.md` §5.16).
 
 use laya_core::checkpoint::CheckpointTensors;
-use laya_core::config::{CheckpointConfig, LayerKind};
+use laya_core::config::{rope_table, CheckpointConfig, LayerKind};
 
 use crate::error::{CudaError, LoadError};
 use crate::gpu::DeviceBuf;
@@ -105,24 +105,6 @@ impl Reader<'_> {
     }
 }
 
-/// `cos`/`sin` of `pos · θ^(−2i/hd)` for `i < hd/2`, every product and function in f32.
-pub fn rope_table(theta: f32, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
-    let half = head_dim / 2;
-    let inv: Vec<f32> = (0..half)
-        .map(|i| 1.0f32 / theta.powf((2 * i) as f32 / head_dim as f32))
-        .collect();
-    let mut cos = Vec::with_capacity(positions * half);
-    let mut sin = Vec::with_capacity(positions * half);
-    for p in 0..positions {
-        for &f in &inv {
-            let a = p as f32 * f;
-            cos.push(a.cos());
-            sin.push(a.sin());
-        }
-    }
-    (cos, sin)
-}
-
 impl Weights {
     /// Reads every tensor of the checkpoint (already checked against `cfg`) to the device.
     pub fn load(t: &CheckpointTensors, cfg: &CheckpointConfig) -> Result<Weights, LoadError> {
@@ -197,21 +179,5 @@ impl Weights {
             max_positions,
             bytes: r.bytes,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rope_table;
-
-    #[test]
-    fn rope_table_starts_at_angle_zero_and_rotates_by_inv_freq() {
-        let (c, s) = rope_table(10000.0, 64, 3);
-        assert_eq!(c.len(), 3 * 32);
-        assert!(c[..32].iter().all(|&x| x == 1.0) && s[..32].iter().all(|&x| x == 0.0));
-        // Position 1, i = 0: angle 1 rad; i = 31: 10000^(-62/64).
-        assert_eq!(c[32], 1.0f32.cos());
-        let f = 1.0f32 / 10000f32.powf(62.0 / 64.0);
-        assert_eq!(s[63], f.sin());
     }
 }

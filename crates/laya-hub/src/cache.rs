@@ -63,6 +63,12 @@ impl RepoCache {
         self.blobs().join(format!("{}.incomplete", digest.hex()))
     }
 
+    /// Bytes of `digest` on disk: its blob's size, else its partial download's, else `None`.
+    pub(crate) fn bytes_of(&self, digest: &Digest) -> Option<u64> {
+        let len = |p: PathBuf| std::fs::metadata(p).ok().map(|m| m.len());
+        len(self.blob(digest)).or_else(|| len(self.incomplete(digest)))
+    }
+
     pub(crate) fn snapshot_dir(&self, commit: &str) -> PathBuf {
         self.root.join("snapshots").join(commit)
     }

@@ -179,8 +179,7 @@ fn pinned(cache: &RepoCache, m: &KnownModel) -> ModelDetails {
                 if cache.has_file(&m.revision, &f.path, Some((&f.digest, f.size))) {
                     (FileState::Cached, f.size)
                 } else {
-                    let len = |p: PathBuf| fs::metadata(p).ok().map(|md| md.len());
-                    match len(cache.blob(&f.digest)).or_else(|| len(cache.incomplete(&f.digest))) {
+                    match cache.bytes_of(&f.digest) {
                         Some(n) => (FileState::Partial, n),
                         None => (FileState::Missing, 0),
                     }

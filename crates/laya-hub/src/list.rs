@@ -94,11 +94,7 @@ pub(crate) fn list(cache_dir: &Path, table: &ModelTable) -> Vec<CachedModel> {
             let size: u64 = m
                 .files
                 .iter()
-                .map(|f| {
-                    let done = fs::metadata(cache.blob(&f.digest)).map(|md| md.len());
-                    done.or_else(|_| fs::metadata(cache.incomplete(&f.digest)).map(|md| md.len()))
-                        .unwrap_or(0)
-                })
+                .map(|f| cache.bytes_of(&f.digest).unwrap_or(0))
                 .sum();
             if size > 0 {
                 rows.push((

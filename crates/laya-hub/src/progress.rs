@@ -426,17 +426,7 @@ impl Default for BarProgress {
 impl Drop for BarProgress {
     fn drop(&mut self) {
         // A failed pull leaves its bars as they stood (the error follows them), not ticking.
-        self.with(|s, _| {
-            for (_, bar) in s
-                .bars
-                .drain(..)
-                .chain(s.total.take().map(|t| (String::new(), t)))
-            {
-                if !bar.is_finished() {
-                    bar.abandon();
-                }
-            }
-        });
+        self.with(|s, _| s.abandon());
         let mut display = DISPLAY.lock().unwrap_or_else(|p| p.into_inner());
         if display.as_ref().is_some_and(|(id, _)| *id == self.id) {
             *display = None;
@@ -481,6 +471,16 @@ fn with_rate(
 }
 
 impl BarState {
+    /// Lets go of every line, leaving unfinished ones as they stand, no longer ticking.
+    fn abandon(&mut self) {
+        let total = self.total.take();
+        for bar in self.bars.drain(..).map(|(_, b)| b).chain(total) {
+            if !bar.is_finished() {
+                bar.abandon();
+            }
+        }
+    }
+
     fn prefix(&self, path: &str) -> String {
         format!("{path:<w$}", w = self.width)
     }
@@ -520,16 +520,7 @@ impl Progress for BarProgress {
     fn plan(&self, files: &[(&str, Option<u64>)]) {
         self.with(|s, multi| {
             // A second model in one run: its files get lines of their own.
-            for (_, bar) in s.bars.drain(..) {
-                if !bar.is_finished() {
-                    bar.abandon();
-                }
-            }
-            if let Some(t) = s.total.take() {
-                if !t.is_finished() {
-                    t.abandon();
-                }
-            }
+            s.abandon();
             s.tally.plan(files);
             s.width = files.iter().map(|(p, _)| p.len()).max().unwrap_or(0).max(5);
             s.fetched = Arc::new(AtomicU64::new(0));

@@ -62,8 +62,8 @@ pub(crate) fn softmax_rows<'m>(
     out
 }
 
-/// Threads worth starting for `rows` rows of `values` values in all.
-fn threads_for(rows: usize, values: usize) -> usize {
+/// Threads worth starting for `rows` rows (or other units of work) of `values` values in all.
+pub(crate) fn threads_for(rows: usize, values: usize) -> usize {
     // Below ~64k values a thread costs more than it saves.
     if values < 1 << 16 {
         return 1;

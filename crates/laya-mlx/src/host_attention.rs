@@ -9,9 +9,9 @@
 //! ones), an exact two-pass softmax per query and the weighted sum of the values. Nothing
 //! larger than four queries' scores exists, and the tasks share the machine's cores.
 //!
-//! The numbers follow `model.md` §3.1 as upstream computes them: `inv_freq[i] = 1 / θ^(2i/hd)`
-//! and the angle `pos · inv_freq[i]` in f32, `x·cos + rotate_half(x)·sin`, scores scaled by
-//! `1/√hd`, the softmax in f32 with the same `exp` as [`crate::host`].
+//! The numbers follow `model.md` §3.1 as upstream computes them: the RoPE table of
+//! [`laya_core::config::rope_table`] (the CUDA engine's too), `x·cos + rotate_half(x)·sin`,
+//! scores scaled by `1/√hd`, the softmax in f32 with the same `exp` as [`crate::host`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -37,24 +37,10 @@ pub(crate) struct RopeTable {
 impl RopeTable {
     /// The table for `positions` positions of `head_dim`-wide heads.
     pub fn new(theta: f32, head_dim: usize, positions: usize) -> RopeTable {
-        let half_dim = head_dim / 2;
-        // transformers: `1.0 / (base ** (arange(0, dim, 2).float() / dim))`, all in f32.
-        let inv_freq: Vec<f32> = (0..half_dim)
-            .map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32))
-            .collect();
-        let mut cos = Vec::with_capacity(positions * half_dim);
-        let mut sin = Vec::with_capacity(positions * half_dim);
-        for pos in 0..positions {
-            for &f in &inv_freq {
-                let angle = pos as f32 * f;
-                // Correctly rounded from f64; PyTorch's f32 cos/sin are within an ulp of it.
-                cos.push((angle as f64).cos() as f32);
-                sin.push((angle as f64).sin() as f32);
-            }
-        }
+        let (cos, sin) = laya_core::config::rope_table(theta, head_dim, positions);
         RopeTable {
             theta,
-            half_dim,
+            half_dim: head_dim / 2,
             positions,
             cos,
             sin,
@@ -94,7 +80,7 @@ pub(crate) fn self_attention(
         .filter(|&(r, _)| spans[r].len > 0)
         .collect();
     let work: usize = tasks.iter().map(|&(r, _)| spans[r].len).sum::<usize>() * head_dim;
-    let threads = threads_for(tasks.len(), work);
+    let threads = crate::host::threads_for(tasks.len(), work);
     let next = AtomicUsize::new(0);
     let job = Job {
         qkv,
@@ -131,17 +117,6 @@ pub(crate) fn self_attention(
         }
     }
     out
-}
-
-/// Threads worth starting for `tasks` (row, head) tasks of `work` values in all.
-fn threads_for(tasks: usize, work: usize) -> usize {
-    if work < 1 << 14 {
-        return 1;
-    }
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 8)
-        .min(tasks.max(1))
 }
 
 /// What every task of one call reads.
