@@ -8,9 +8,16 @@
 //! --model X` does, while still moving the residency order as upstream's router would.
 
 use crate::agent::Agent;
-use crate::decide::DecideError;
 use crate::engine::Forward;
 use crate::routing::Checkpoint;
+
+/// A routed checkpoint that could not be loaded (the decision fails with upstream's 500).
+#[derive(Debug, thiserror::Error)]
+#[error("loading checkpoint {name}: {reason}")]
+pub struct LoadError {
+    pub name: Checkpoint,
+    pub reason: String,
+}
 
 /// The checkpoints a decision can be routed to.
 pub trait Checkpoints {
@@ -18,7 +25,7 @@ pub trait Checkpoints {
 
     /// Upstream's `Router.load`: the agent that answers `name`, built if it is not resident
     /// (evicting the least recently used beyond the cap), and now the most recently used.
-    fn agent(&mut self, name: &Checkpoint) -> Result<&mut Agent<Self::Forward>, DecideError>;
+    fn agent(&mut self, name: &Checkpoint) -> Result<&mut Agent<Self::Forward>, LoadError>;
 
     /// The resident checkpoints, least recently used first (`/health` `loaded`).
     fn resident(&self) -> Vec<Resident>;
@@ -85,7 +92,7 @@ impl<F: Forward> Router<F> {
 
     /// Upstream's `preload`: raises the cap to hold `names` and whatever is resident, then
     /// loads each (a failure stops the preload: the server does not start).
-    pub fn preload(&mut self, names: &[Checkpoint]) -> Result<(), DecideError> {
+    pub fn preload(&mut self, names: &[Checkpoint]) -> Result<(), LoadError> {
         let mut wanted: Vec<&Checkpoint> = names.iter().collect();
         for e in &self.resident {
             if !wanted.contains(&&e.name) {
@@ -119,12 +126,12 @@ impl<F: Forward> Router<F> {
 impl<F: Forward> Checkpoints for Router<F> {
     type Forward = F;
 
-    fn agent(&mut self, name: &Checkpoint) -> Result<&mut Agent<F>, DecideError> {
+    fn agent(&mut self, name: &Checkpoint) -> Result<&mut Agent<F>, LoadError> {
         if let Some(pos) = self.resident.iter().position(|e| &e.name == name) {
             let entry = self.resident.remove(pos);
             self.resident.push(entry);
         } else {
-            let built = (self.loader)(name).map_err(|reason| DecideError::Load {
+            let built = (self.loader)(name).map_err(|reason| LoadError {
                 name: name.clone(),
                 reason,
             })?;
@@ -143,7 +150,7 @@ impl<F: Forward> Checkpoints for Router<F> {
         }
         match self.resident.last_mut() {
             Some(e) => Ok(&mut e.agent),
-            None => Err(DecideError::Load {
+            None => Err(LoadError {
                 name: name.clone(),
                 reason: "nothing resident after loading".into(),
             }),
@@ -203,7 +210,7 @@ impl<F> Single<F> {
 impl<F: Forward> Checkpoints for Single<F> {
     type Forward = F;
 
-    fn agent(&mut self, name: &Checkpoint) -> Result<&mut Agent<F>, DecideError> {
+    fn agent(&mut self, name: &Checkpoint) -> Result<&mut Agent<F>, LoadError> {
         self.order.retain(|c| c != name);
         self.order.push(name.clone());
         Ok(&mut self.agent)

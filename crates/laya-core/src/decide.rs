@@ -15,7 +15,7 @@ use pyjson::{Object, Value};
 use std::sync::Arc;
 
 use crate::agent::{BatchOptions, LongOptions, PredictError, StateResult};
-pub use crate::checkpoints::Checkpoints;
+pub use crate::checkpoints::{Checkpoints, LoadError};
 use crate::confidence::{self, MinConfidence};
 use crate::config::AgentConfig;
 use crate::engine::Forward as _;
@@ -146,8 +146,8 @@ pub enum DecideError {
     #[error(transparent)]
     Predict(#[from] PredictError),
     /// A routed checkpoint could not be loaded.
-    #[error("loading checkpoint {name}: {reason}")]
-    Load { name: Checkpoint, reason: String },
+    #[error(transparent)]
+    Load(#[from] LoadError),
     /// `overflow: "windows"` on a state that needs more windows than it may.
     #[error("overflow 'windows' needs {needed} windows of {size} tokens (stride {stride}) for this state, more than max_windows ({max_windows}{}); send a larger window or stride, a larger max_len, or overflow 'truncate'", if .max_windows == .cap { ", this server's cap".to_owned() } else { format!("; this server allows up to {}", .cap) })]
     TooManyWindows {
@@ -177,7 +177,7 @@ impl DecideError {
             | DecideError::WindowsWithTournament { .. } => true,
             DecideError::Tournament(t) => t.is_caller_error(),
             DecideError::Predict(p) => p.is_caller_error(),
-            DecideError::Load { .. } => false,
+            DecideError::Load(_) => false,
         }
     }
 

@@ -7,7 +7,8 @@
 //!   or [`request::BatchRequest`], or refuses it with a [`request::RequestError`] whose
 //!   `Display` is upstream's `detail` and whose kind is the class of refusal;
 //! * [`decide::decide`] answers it (steps 15-17): [`routing`] picks a checkpoint per state,
-//!   [`question`] validates the questions, [`tournament`] narrows large choices, each
+//!   [`checkpoints`] hands out the resident one (loading it, and evicting the least recently
+//!   used, when the server holds several), [`question`] validates the questions, [`tournament`] narrows large choices, each
 //!   checkpoint's [`agent::Agent`] lays out token rows ([`layout`], [`tokenizer`]), runs them
 //!   through an engine behind [`engine::Forward`] and decodes the logits ([`decode`]); then
 //!   [`confidence`] applies the gate and Jev's confidence;

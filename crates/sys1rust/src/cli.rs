@@ -27,6 +27,13 @@ pub struct Cli {
     /// wins with a full filter.
     #[arg(long, global = true, env = "SYS1_LOG_LEVEL")]
     pub log_level: Option<String>,
+    /// Upstream's variable, used when --log-level (SYS1_LOG_LEVEL) is not given; read here so
+    /// that configuration is read in one place.
+    #[arg(long, global = true, hide = true, env = "LAYA_LOG_LEVEL")]
+    pub laya_log_level: Option<String>,
+    /// A full tracing filter that overrides the level (tracing's convention).
+    #[arg(long, global = true, hide = true, env = "RUST_LOG")]
+    pub rust_log: Option<String>,
 }
 
 #[derive(Subcommand)]

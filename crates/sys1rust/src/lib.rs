@@ -8,11 +8,14 @@
 //! * [`http`] checks auth, admission and the body, validates it with `laya_core::request`,
 //!   queues the decision on the [`worker`] and renders the answer with `laya_core::render`;
 //!   its [`http::ApiError`] chooses every error's status;
+//! * [`dispatch`] hands each decision to the least loaded engine worker (one per GPU);
 //! * [`worker`] is the one thread that owns the checkpoints and runs
 //!   `laya_core::decide::decide` on each, through the engine [`engine`] loaded.
 //!
 //! [`cli`] holds every flag (with its environment fallback); [`config`] resolves them once
-//! into what the server runs with; [`cmd`] runs each subcommand.
+//! into what the server runs with; [`registry`] names the checkpoints the router may pick
+//! (the built-in names plus `LAYA_EXTRA_MODELS`); [`logging`] installs the log format and
+//! level; [`cmd`] runs each subcommand.
 
 pub mod cli;
 pub mod cmd;
@@ -24,6 +27,15 @@ pub mod logging;
 pub mod registry;
 pub mod server;
 pub mod worker;
+
+/// The release, as Cargo names it.
+pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
+/// The commit this binary was built from (`unknown` from a tree without git).
+pub const COMMIT: &str = env!("SYS1_COMMIT");
+/// The MLX release the binary links.
+pub const MLX_VERSION: &str = env!("SYS1_MLX_VERSION");
+/// The bundle flavor: which MLX backend (`cpu`, `cuda13` or `metal`).
+pub const BUNDLE: &str = env!("SYS1_BUNDLE");
 
 /// `--version`: the release, the commit it was built from, the MLX it links and the bundle
 /// flavor (which MLX backend: cpu, cuda13 or metal).

@@ -25,7 +25,8 @@ pub const LEVELS: [&str; 6] = ["critical", "debug", "error", "info", "trace", "w
 
 /// Upstream's `LAYA_LOG_LEVEL` rule: trimmed, lower-cased, blank means `info`, else one of
 /// [`LEVELS`]; the error is upstream's start-up message. Returns tracing's directive.
-pub fn parse_level(raw: &str) -> Result<&'static str, String> {
+/// `source` names where the value came from, for the message.
+pub fn parse_level(raw: &str, source: &str) -> Result<&'static str, String> {
     let level = raw.trim().to_lowercase();
     Ok(match level.as_str() {
         "" | "info" => "info",
@@ -36,7 +37,7 @@ pub fn parse_level(raw: &str) -> Result<&'static str, String> {
         "trace" => "trace",
         _ => {
             return Err(format!(
-                "invalid LAYA_LOG_LEVEL {}: must be one of {}",
+                "invalid {source} {}: must be one of {}",
                 pyjson::repr_str(raw),
                 LEVELS.join(", ")
             ))
@@ -44,10 +45,10 @@ pub fn parse_level(raw: &str) -> Result<&'static str, String> {
     })
 }
 
-/// Installs the global subscriber. `level` is a [`parse_level`] directive.
-pub fn init(format: LogFormat, level: &str) {
-    let filter = std::env::var("RUST_LOG")
-        .ok()
+/// Installs the global subscriber. `level` is a [`parse_level`] directive; `rust_log` (the
+/// `RUST_LOG` variable) a full filter that overrides it when it parses.
+pub fn init(format: LogFormat, level: &str, rust_log: Option<&str>) {
+    let filter = rust_log
         .filter(|v| !v.trim().is_empty())
         .and_then(|v| EnvFilter::try_new(v).ok())
         .unwrap_or_else(|| EnvFilter::new(level));

@@ -5,18 +5,20 @@ use clap::Parser;
 fn main() {
     let cli = sys1rust::cli::Cli::parse();
     // Upstream's variable when sys1rust's own is not set, with upstream's rule and message.
-    let level = cli
-        .log_level
-        .clone()
-        .or_else(|| std::env::var("LAYA_LOG_LEVEL").ok());
-    let level = match sys1rust::logging::parse_level(level.as_deref().unwrap_or("")) {
+    let level = match (&cli.log_level, &cli.laya_log_level) {
+        (Some(ours), _) => sys1rust::logging::parse_level(ours, "--log-level (SYS1_LOG_LEVEL)"),
+        (None, upstream) => {
+            sys1rust::logging::parse_level(upstream.as_deref().unwrap_or(""), "LAYA_LOG_LEVEL")
+        }
+    };
+    let level = match level {
         Ok(level) => level,
         Err(message) => {
             eprintln!("{message}");
             std::process::exit(1);
         }
     };
-    sys1rust::logging::init(cli.log_format, level);
+    sys1rust::logging::init(cli.log_format, level, cli.rust_log.as_deref());
     // Before anything touches MLX (and before any thread exists).
     for (name, value) in laya_mlx::backend::configure_process() {
         tracing::debug!(name, value, "MLX setting");

@@ -251,6 +251,7 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
     use laya_core::agent::PredictError;
+    use laya_core::decide::LoadError;
     use laya_core::engine::EngineError;
     use laya_core::question::QuestionError;
 
@@ -333,6 +334,10 @@ mod tests {
                 json(408, "request body was not received in time"),
             ),
             (
+                ApiError::Timeout,
+                json(504, "request was not answered in time"),
+            ),
+            (
                 RequestError::InvalidJson.into(),
                 json(400, "request body must be valid JSON"),
             ),
@@ -368,10 +373,10 @@ mod tests {
                 json(500, "inference failed"),
             ),
             (
-                DecideError::Load {
+                DecideError::Load(LoadError {
                     name: laya_core::routing::Checkpoint::english(),
                     reason: "corrupt".into(),
-                }
+                })
                 .into(),
                 json(500, "inference failed"),
             ),
@@ -385,6 +390,117 @@ mod tests {
         for (error, want) in cases {
             let name = format!("{error:?}");
             assert_eq!(parts(error), want, "{name}");
+        }
+    }
+
+    /// Strict Jev mode: every variant against Jev's shapes (the contract jevcompat checks,
+    /// `tests/jev.rs`): content refusals as a 422 list naming the field, the rest as
+    /// `{"error_type","message"}` under upstream's status.
+    #[test]
+    fn every_error_in_jev_strict_mode() {
+        let typed = |status: u16, kind: &str, message: &str| {
+            (
+                status,
+                format!(r#"{{"detail":{{"error_type":"{kind}","message":"{message}"}}}}"#),
+            )
+        };
+        let listed = |loc: &str, msg: &str, kind: &str| {
+            (
+                422,
+                format!(r#"{{"detail":[{{"loc":["body"{loc}],"msg":"{msg}","type":"{kind}"}}]}}"#),
+            )
+        };
+        let backend = || EngineError::backend("test", std::io::Error::other("device lost"));
+        let cases: Vec<(ApiError, (u16, String))> = vec![
+            (
+                ApiError::Unauthorized,
+                typed(
+                    401,
+                    "authentication_error",
+                    "invalid or missing bearer token",
+                ),
+            ),
+            (
+                ApiError::Busy,
+                typed(503, "overloaded_error", "server busy, try again later"),
+            ),
+            (
+                ApiError::NotFound,
+                typed(404, "not_found_error", "Not Found"),
+            ),
+            (
+                ApiError::MethodNotAllowed("POST"),
+                typed(405, "invalid_request_error", "Method Not Allowed"),
+            ),
+            (
+                ApiError::BodyTooLarge,
+                typed(413, "request_too_large", "request body too large"),
+            ),
+            (
+                ApiError::BodyTimeout,
+                typed(
+                    408,
+                    "timeout_error",
+                    "request body was not received in time",
+                ),
+            ),
+            (
+                ApiError::Timeout,
+                typed(504, "timeout_error", "request was not answered in time"),
+            ),
+            (
+                RequestError::TooManyQuestions { count: 65, cap: 64 }.into(),
+                typed(413, "request_too_large", "too many questions (65 > 64)"),
+            ),
+            (
+                RequestError::InvalidJson.into(),
+                listed("", "request body must be valid JSON", "json_invalid"),
+            ),
+            (
+                RequestError::StateRequired.into(),
+                listed(
+                    r#","state""#,
+                    &RequestError::StateRequired.to_string(),
+                    "missing",
+                ),
+            ),
+            (
+                DecideError::UnknownTask("unknown task x".into()).into(),
+                listed(r#","task""#, "unknown task x", "value_error"),
+            ),
+            (
+                DecideError::Question(QuestionError("question 'q': bad".into())).into(),
+                listed(r#","questions""#, "question 'q': bad", "value_error"),
+            ),
+            (
+                DecideError::Predict(PredictError::Engine(backend())).into(),
+                typed(500, "api_error", "inference failed"),
+            ),
+            (
+                WorkerError::Stopped.into(),
+                typed(500, "api_error", "inference failed"),
+            ),
+            (
+                NonFinite.into(),
+                listed(
+                    r#","questions""#,
+                    "Out of range float values are not JSON compliant",
+                    "value_error",
+                ),
+            ),
+        ];
+        for (error, (status, body)) in cases {
+            let name = format!("{error:?}");
+            let resp = error.respond(Output::JevStrict);
+            assert_eq!(resp.status().as_u16(), status, "{name}");
+            assert_eq!(
+                resp.headers()
+                    .get(header::CONTENT_TYPE)
+                    .map(|v| v.as_bytes()),
+                Some(&b"application/json"[..]),
+                "{name}"
+            );
+            assert_eq!(futures_body(resp.into_body()), body, "{name}");
         }
     }
 }
