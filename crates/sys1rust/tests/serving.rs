@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{checkpoint, serial, Server};
+use std::io::Write;
+
+use crate::support::{checkpoint, read_response, serial, Server};
 
 const BODY: &str = r#"{"state":"I was charged twice for my subscription this month","questions":{"dept":{"type":"choice","instructions":"which team?","criteria":{"billing":"refunds","tech":"bugs"}},"urgent":{"type":"noul","instructions":"is it urgent?"}}}"#;
 
@@ -151,19 +153,33 @@ fn json_log_line_per_request() {
     assert_eq!(e["fields"]["error"], "server busy, try again later");
 }
 
-/// The text format: one line naming the request's id, route and status.
+/// The text format: one line naming the request's id, route and status, for a 200, a 404,
+/// a 400 and a 503 (the last two with their cause).
 #[test]
 fn text_log_line_per_request() {
     let _serial = serial();
     let log = scratch("text.log");
     let tiny = tiny_dir();
-    let mut s = Server::process_logged(&["--model", &tiny], &[("SYS1_LOG_FORMAT", "text")], &log);
+    let mut s = Server::process_logged(
+        &["--model", &tiny, "--max-concurrent", "1"],
+        &[("SYS1_LOG_FORMAT", "text")],
+        &log,
+    );
     let ok = post(&s, &[], BODY);
     assert_eq!(ok.status, 200, "{}", ok.text());
     let id = ok.header("x-request-id").expect("id").to_owned();
     let missing = s.send("GET", "/nowhere", &[], None);
     assert_eq!(missing.status, 404);
     let missing_id = missing.header("x-request-id").expect("id").to_owned();
+    let bad = post(&s, &[], "{");
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    let bad_id = bad.header("x-request-id").expect("id").to_owned();
+    let held = s.stall("/v1/systemone", &[], BODY.len(), b"{");
+    s.wait_admitted(1, None);
+    let busy = post(&s, &[], BODY);
+    assert_eq!(busy.status, 503, "{}", busy.text());
+    let busy_id = busy.header("x-request-id").expect("id").to_owned();
+    drop(held);
     sigterm(&mut s);
     assert!(exit_within(&mut s, Duration::from_secs(15)).success());
     let text = std::fs::read_to_string(&log).expect("log");
@@ -192,6 +208,17 @@ fn text_log_line_per_request() {
         "{l}"
     );
     assert!(!text.contains("/nowhere"), "a client's path was logged");
+    for (id, status, cause) in [
+        (&bad_id, 400, "request body must be valid JSON"),
+        (&busy_id, 503, "server busy, try again later"),
+    ] {
+        let l = line(id);
+        assert!(
+            l.contains(&format!("status={status}")) && l.contains(cause),
+            "{l}"
+        );
+        assert!(!l.contains("inference_ms"), "{l}");
+    }
 }
 
 /// A sane client id is echoed on every response; a missing or unsafe one is replaced by a
@@ -252,6 +279,10 @@ fn drain_turns_ready_off_and_keeps_answering() {
     assert_eq!(s.send("GET", "/drain", &[], None).status, 405);
 
     let auth = [("authorization", "Bearer k")];
+    // A decision in flight across the drain: admitted, its body half sent.
+    let half = BODY.len() / 2;
+    let mut in_flight = s.stall("/v1/systemone", &auth, BODY.len(), &BODY.as_bytes()[..half]);
+    s.wait_admitted(1, Some("Bearer k"));
     let drained = s.send("POST", "/drain", &auth, None);
     assert_eq!(
         (drained.status, drained.text().as_str()),
@@ -262,6 +293,11 @@ fn drain_turns_ready_off_and_keeps_answering() {
         (ready.status, ready.text().as_str()),
         (503, r#"{"status":"draining"}"#)
     );
+    in_flight
+        .write_all(&BODY.as_bytes()[half..])
+        .expect("the rest of the body");
+    let finished = read_response(&mut in_flight);
+    assert_eq!(finished.status, 200, "{}", finished.text());
     let r = post(&s, &auth, BODY);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.send("GET", "/health", &[], None).status, 200);
@@ -349,6 +385,43 @@ fn version_and_health_probe() {
     );
 
     let s = Server::tiny(&["--api-key", "k"]);
+    // `/info`: the version `/health` (upstream's payload) has no room for; behind the key.
+    assert_eq!(s.send("GET", "/info", &[], None).status, 401);
+    let info = s.send("GET", "/info", &[("authorization", "Bearer k")], None);
+    assert_eq!(info.status, 200, "{}", info.text());
+    assert_eq!(info.header("content-type"), Some("application/json"));
+    let v: serde_json::Value = serde_json::from_slice(&info.body).expect("json");
+    let keys: Vec<&str> = v
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "name",
+            "version",
+            "commit",
+            "mlx",
+            "bundle",
+            "stage",
+            "engine",
+            "device",
+            "precision",
+            "workers"
+        ]
+    );
+    let reported = format!(
+        "sys1rust {} (commit {}, MLX {}, bundle {})",
+        v["version"].as_str().expect("version"),
+        v["commit"].as_str().expect("commit"),
+        v["mlx"].as_str().expect("mlx"),
+        v["bundle"].as_str().expect("bundle")
+    );
+    assert_eq!(reported, text.trim_end(), "/info against --version");
+    assert_eq!(v["stage"], "ready");
+    assert_eq!(v["workers"], 1);
     let probe = |path: &str| {
         Command::new(bin)
             .args(["health", "--url", &format!("http://{}{path}", s.addr)])
@@ -401,6 +474,24 @@ fn laya_log_level_follows_upstream() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("invalid LAYA_LOG_LEVEL"), "{good:?}: {err}");
     }
+    // sys1rust's own flag wins over upstream's variable, and its refusal names the flag.
+    let out = Command::new(bin)
+        .args([
+            "--log-level",
+            "loud",
+            "health",
+            "--url",
+            "http://127.0.0.1:9/",
+        ])
+        .env_remove("RUST_LOG")
+        .env("LAYA_LOG_LEVEL", "debug")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        "invalid --log-level (SYS1_LOG_LEVEL) 'loud': must be one of critical, debug, error, info, trace, warning"
+    );
 }
 
 /// `sys1rust completions SHELL` prints a script that completes every subcommand; an unknown

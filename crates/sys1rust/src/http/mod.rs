@@ -9,6 +9,7 @@
 
 pub mod body;
 mod error;
+mod info;
 mod jev;
 mod metrics;
 mod openapi;
@@ -114,6 +115,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/metrics", only("GET", get(metrics)))
         .route("/ready", only("GET", get(ready::ready)))
+        .route("/info", only("GET", get(info::info)))
         .route("/drain", only("POST", post(ready::drain)));
     if open {
         router = router.route("/openapi.json", only("GET", get(openapi::document)));

@@ -25,7 +25,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Stage::Loading => "loading",
             Stage::Ready => "ready",
@@ -74,6 +74,11 @@ impl Readiness {
     /// From now on `/ready` is 503; there is no way back but a restart.
     pub fn drain(&self) {
         self.stage.store(Stage::Draining as u8, Ordering::SeqCst);
+    }
+
+    /// What the worker reported once loaded; `None` while loading.
+    pub fn started(&self) -> Option<&Started> {
+        self.started.get()
     }
 
     /// The device of the loaded engine, else the one it will load on.
