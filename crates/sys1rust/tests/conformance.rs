@@ -616,7 +616,7 @@ fn routes(s: &Server) {
         404,
         "Not Found",
     );
-    // `/ready` and `/drain` (404 upstream) are served here: differences, see serving.rs.
+    // `/ready`, `/info` and `/drain` (404 upstream) are served here: differences, see serving.rs.
     for path in ["/predict", "/v1/chat/completions"] {
         expect_detail(
             &format!("6 ({path})"),
@@ -1949,6 +1949,7 @@ fn metrics_and_openapi(s: &Server) {
             "/health",
             "/metrics",
             "/ready",
+            "/info",
             "/drain"
         ],
         "case 8: paths"
