@@ -1093,3 +1093,82 @@ fn show_a_known_model_before_any_pull() {
         out.stderr
     );
 }
+
+/// `pull` without a model pulls what `serve` would preload: the router's registry narrowed
+/// by `LAYA_MODELS` (here to two repos the mock hub serves, registered through
+/// `LAYA_EXTRA_MODELS`; the built-in names are narrowed away, so nothing else is asked of the
+/// network). One name pulls one repo; both names pull the second one too, and the first is
+/// already cached.
+#[test]
+fn pull_without_a_model_pulls_what_serve_would_preload() {
+    let scratch = Scratch::new();
+    let home = scratch.0.join("hf-home");
+    let other = "test-org/other";
+    let other_commit = "0be570000000000000000000000000000dec1de2";
+    let hub = MockHub::start(
+        HashMap::from([
+            (REPO.to_owned(), MockRepo::new(COMMIT, fixture_files())),
+            (
+                other.to_owned(),
+                MockRepo::new(other_commit, fixture_files()),
+            ),
+        ]),
+        "unused-token",
+    );
+    let endpoint = hub.endpoint();
+    let extra = format!(r#"{{"first": "{REPO}", "second": "{other}"}}"#);
+    let env = |models: &'static str| {
+        vec![
+            ("HF_HOME", home.to_str().expect("utf-8").to_owned()),
+            ("HF_ENDPOINT", endpoint.clone()),
+            ("LAYA_EXTRA_MODELS", extra.clone()),
+            ("LAYA_MODELS", models.to_owned()),
+        ]
+    };
+    let pull = |models: &'static str| {
+        let env = env(models);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let done = run(&["pull"], &env);
+        assert!(done.success, "pull ({models}):\n{}", done.stderr);
+        let lines: Vec<String> = done.stdout.lines().map(str::to_owned).collect();
+        lines
+    };
+    let cached = || {
+        let env = env("");
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let listed = run(&["models", "--json"], &env);
+        assert!(listed.success, "{}", listed.stderr);
+        let rows: serde_json::Value = serde_json::from_str(&listed.stdout).expect("json");
+        let mut repos: Vec<(String, bool)> = rows
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|r| {
+                (
+                    r["repo"].as_str().expect("repo").to_owned(),
+                    r["complete"].as_bool().expect("complete"),
+                )
+            })
+            .collect();
+        repos.sort();
+        repos
+    };
+
+    let one = pull("second");
+    assert_eq!(one.len(), 1, "{one:?}");
+    assert!(
+        one[0].contains(&other_commit[..7]) || one[0].contains(other_commit),
+        "{one:?}"
+    );
+    assert_eq!(cached(), [(other.to_owned(), true)]);
+
+    let both = pull("first,second");
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert_eq!(
+        cached(),
+        [(other.to_owned(), true), (REPO.to_owned(), true)],
+        "every preloaded repo, complete"
+    );
+    // The second pull fetched the first repo's weights once and the second's not again.
+    assert_eq!(hub.body_gets("model.safetensors").len(), 2);
+}

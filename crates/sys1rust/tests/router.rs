@@ -301,3 +301,107 @@ fn every_router_configuration_answers_as_upstream() {
         );
     }
 }
+
+/// `LAYA_IDLE_UNLOAD_SECONDS` (api.md §8, §10): `/health` reports the setting and the idle
+/// time; once no request has come for that long every checkpoint is unloaded (`loaded` empty,
+/// `device` the preference again), and the next request pays a cold load and gets the same
+/// answer it got warm.
+#[test]
+fn idle_unload_empties_the_router_and_the_next_request_reloads() {
+    let _serial = serial();
+    let spec = servers_json();
+    let names = obj(&spec, "LAYA_EXTRA_MODELS").clone();
+    let cwd = workdir("idle-unload", &names, None);
+    let hf_home = cwd.join("hf-home");
+    let extra = pyjson::dumps(&Value::Object(names), pyjson::Style::Compact).expect("finite");
+    let env = [
+        ("LAYA_EXTRA_MODELS", extra.as_str()),
+        ("HF_HUB_OFFLINE", "1"),
+        ("HF_HOME", hf_home.to_str().expect("utf-8")),
+        ("LAYA_IDLE_UNLOAD_SECONDS", "1.5"),
+    ];
+    let server = Server::process_in(&cwd, &["--f32"], &env);
+    let health = || {
+        let r = server.send("GET", "/health", &[], None);
+        assert_eq!(r.status, 200);
+        pyjson::loads(&r.body).expect("health").value
+    };
+    let loaded = |h: &Value| -> Vec<String> {
+        h.as_object()
+            .and_then(|o| o.get("loaded"))
+            .and_then(Value::as_array)
+            .expect("loaded")
+            .iter()
+            .map(|v| v.as_str().expect("a name").to_owned())
+            .collect()
+    };
+    let number = |h: &Value, key: &str| {
+        h.as_object()
+            .and_then(|o| o.get(key))
+            .and_then(Value::as_number_f64)
+            .unwrap_or_else(|| panic!("{key} in /health"))
+    };
+    let h = health();
+    let keys: Vec<&str> = h.as_object().expect("object").keys().collect();
+    assert_eq!(
+        keys[keys.len() - 2..],
+        ["idle_unload_seconds", "idle_seconds"],
+        "the idle fields close the payload"
+    );
+    assert_eq!(number(&h, "idle_unload_seconds"), 1.5);
+    assert!(!loaded(&h).is_empty(), "something is preloaded");
+
+    let body = r#"{"state":"The customer wants a refund for the broken kettle.","questions":{"refund":{"type":"noul","instructions":"Is a refund due?"}}}"#;
+    let post = || {
+        let r = server.send(
+            "POST",
+            "/v1/systemone",
+            &[("content-type", "application/json")],
+            Some(body.as_bytes()),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let ms: f64 = r
+            .header("x-inference-time-ms")
+            .and_then(|v| v.parse().ok())
+            .expect("x-inference-time-ms");
+        (r.text(), ms)
+    };
+    let (warm, warm_ms) = post();
+    let answer = pyjson::loads(warm.as_bytes()).expect("answer").value;
+    let routed = answer
+        .as_object()
+        .and_then(|o| o.get("routing"))
+        .and_then(Value::as_object)
+        .and_then(|o| o.get("model"))
+        .and_then(Value::as_str)
+        .expect("routing.model")
+        .to_owned();
+    let answered = Instant::now();
+    assert!(number(&health(), "idle_seconds") < 1.5);
+
+    let deadline = answered + std::time::Duration::from_secs(15);
+    let h = loop {
+        let h = health();
+        if loaded(&h).is_empty() {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "still loaded after 15 s: {h:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        answered.elapsed().as_secs_f64() >= 1.5,
+        "unloaded {:?} after the last request",
+        answered.elapsed()
+    );
+    let fields = h.as_object().expect("object");
+    assert_eq!(fields.get("device_is_preference"), Some(&Value::Bool(true)));
+    assert!(number(&h, "idle_seconds") >= 1.5, "{h:?}");
+
+    let (cold, cold_ms) = post();
+    assert_eq!(cold, warm, "the answer after a cold load");
+    assert!(
+        cold_ms > 2.0 * warm_ms,
+        "a cold load inside the inference time: {cold_ms} ms against {warm_ms} ms warm"
+    );
+    assert_eq!(loaded(&health()), [routed]);
+}
