@@ -409,8 +409,13 @@ where
                         Some(Err(e)) => Err(WorkerError::Decide(e)),
                         None => Err(WorkerError::Panicked),
                     };
+                    // The slot is freed before the answer leaves, as upstream's handler
+                    // leaves its semaphore before responding: a client that sends its next
+                    // request on reading this answer must find the slot free.
+                    let Job { reply, _ticket, .. } = job;
+                    drop(_ticket);
                     // The client may have gone; its answer is discarded like upstream's.
-                    let _ = job.reply.send(outcome);
+                    let _ = reply.send(outcome);
                 }
             }
         })?;

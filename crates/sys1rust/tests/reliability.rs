@@ -192,6 +192,28 @@ fn early_errors_announce_the_close() {
     assert_eq!(read_response(&mut conn).status, 200);
 }
 
+/// A client that sends its next request as soon as it has read an answer finds the slot that
+/// answer held free again, as upstream's handler leaves its semaphore before it responds.
+#[test]
+fn back_to_back_requests_never_find_their_own_slot_held() {
+    let _serial = serial();
+    let s = Server::tiny(&["--max-concurrent", "1"]);
+    let mut conn = s.connect();
+    let headers = [("content-type", "application/json")];
+    for i in 0..500 {
+        conn.write_all(&request_bytes(
+            "POST",
+            "/v1/systemone",
+            &headers,
+            Some(BODY.as_bytes()),
+            true,
+        ))
+        .expect("write");
+        let r = read_response(&mut conn);
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+    }
+}
+
 /// (5a) A request whose client disconnects while it waits in the queue is dropped before it
 /// reaches the engine, and counted in `/metrics`.
 #[test]
