@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# CPU benchmark: sys1rust (MLX CPU backend) next to upstream laya 0.4.15 (PyTorch fp32 CPU) on the
-# same `large` random-weight checkpoint (the real typed-decisions shapes), in one run.
+# CPU benchmark: sys1rust (MLX CPU backend, f32 and --int8) next to upstream laya 0.4.15 (PyTorch
+# fp32 CPU) on the same `large` random-weight checkpoint (the real typed-decisions shapes), in one
+# run.
 #
 #   bench/cpu.sh [--runs N] [--shapes s128_q1,s512_q10]
 #
 # Needs: scripts/setup-mlx.sh done; the oracle venv (shared/oracle/setup_venv.sh) for upstream.
-# Writes results/CPU.md (machine, commit, command, numbers) and results/cpu-*.json.
+# Writes results/cpu-run.md (machine, commit, command, numbers; results/CPU.md carries it above its
+# history) and results/cpu-*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -34,6 +36,10 @@ fi
 echo "sys1rust ..." >&2
 target/release/sys1rust bench --model "$CKPT" --workload "$WORKLOAD" --shapes "$SHAPES" --runs "$RUNS" \
   > results/cpu-sys1rust.json
+echo "sys1rust --int8 ..." >&2
+target/release/sys1rust bench --model "$CKPT" --workload "$WORKLOAD" --shapes "$SHAPES" --runs "$RUNS" --int8 \
+  | python3 -c 'import json, sys; r = json.load(sys.stdin); r["contender"] = "sys1rust --int8"; print(json.dumps(r))' \
+  > results/cpu-sys1rust-int8.json
 if [ -x "$VENV/bin/python" ]; then
   echo "upstream laya ..." >&2
   OMP_NUM_THREADS=$(nproc) "$VENV/bin/python" bench/upstream_cpu.py --model "$CKPT" --workload "$WORKLOAD" \
@@ -42,6 +48,9 @@ else
   echo "no oracle venv at $VENV: upstream not measured" >&2
   rm -f results/cpu-upstream.json
 fi
+reports=(results/cpu-sys1rust.json results/cpu-sys1rust-int8.json)
+if [ -f results/cpu-upstream.json ]; then reports+=(results/cpu-upstream.json); fi
+# The run's report; results/CPU.md carries it at its top, above the history of earlier runs.
 python3 bench/report.py --title "CPU: sys1rust (MLX CPU) vs upstream laya 0.4.15 (PyTorch fp32)" \
-  --command "bench/cpu.sh --runs $RUNS --shapes $SHAPES" results/cpu-*.json > results/CPU.md
-cat results/CPU.md
+  --command "bench/cpu.sh --runs $RUNS --shapes $SHAPES" "${reports[@]}" > results/cpu-run.md
+cat results/cpu-run.md

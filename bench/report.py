@@ -51,13 +51,18 @@ def main():
             else:
                 cells.append("-")
         print("| %s | %s | %s |" % (sh, tokens, " | ".join(cells)))
-    if len(reports) == 2:
-        print("\nRatio upstream / sys1rust (median, >1 means sys1rust is faster):\n")
+    upstream = next((r for r in reports if r["contender"].startswith("upstream")), None)
+    if upstream is None:
+        return
+    for r in reports:
+        if r is upstream:
+            continue
+        print("\nRatio upstream / %s (median, >1 means %s is faster):\n" % (r["contender"], r["contender"]))
         for sh in shapes:
-            a = next(x for x in reports[0]["shapes"] if x["shape"] == sh)["median_ms"]
-            b = next((x for x in reports[1]["shapes"] if x["shape"] == sh), None)
-            if b:
-                print("- %s: %.2fx" % (sh, b["median_ms"] / a))
+            a = next((x for x in r["shapes"] if x["shape"] == sh), None)
+            b = next((x for x in upstream["shapes"] if x["shape"] == sh), None)
+            if a and b:
+                print("- %s: %.2fx" % (sh, b["median_ms"] / a["median_ms"]))
 
 
 if __name__ == "__main__":

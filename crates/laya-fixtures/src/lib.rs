@@ -8,11 +8,13 @@
 //! References are read with [`pyjson`], so duplicate keys, big integers and float
 //! spelling survive exactly as upstream sent them.
 
+mod agreement;
 mod compare;
 mod references;
 mod suites;
 mod unrounded;
 
+pub use agreement::{fixture_workload, workload_decisions, Agreement};
 pub use compare::{check_f16, check_f32, F16Stats, NumberDiff};
 pub use references::{
     checkpoints, decision_cases, fixtures_dir, read_jsonl, references, DecisionCall, DecisionCase,

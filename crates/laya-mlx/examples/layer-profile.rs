@@ -10,8 +10,10 @@
 //! printed beside it.
 //!
 //! ```text
-//! cargo run --release -p laya-mlx --example layer-profile -- <checkpoint dir> [lengths=207] [runs=5]
+//! cargo run --release -p laya-mlx --example layer-profile -- <checkpoint dir> [lengths=207] [runs=5] [int8]
 //! ```
+//!
+//! `int8` profiles `--int8`'s engine (int8 linear layers with the CPU's best kernel).
 //!
 //! `lengths` is a comma-separated list of row lengths run together in one forward (e.g.
 //! `590,590,590` for three rows of s512's length).
@@ -52,6 +54,10 @@ fn main() -> Result<(), BoxError> {
         .transpose()?
         .unwrap_or(5)
         .max(1);
+    let int8 = args
+        .next()
+        .is_some_and(|a| a == "int8")
+        .then(|| laya_mlx::int8::Int8::detect(laya_mlx::int8::Activations::Int8));
     for (name, value) in laya_mlx::backend::configure_process() {
         println!("{name}={value}");
     }
@@ -60,6 +66,7 @@ fn main() -> Result<(), BoxError> {
         &EngineSettings {
             device: DeviceKind::Cpu,
             precision: Some(Precision::F32),
+            int8,
             ..Default::default()
         },
     )?;

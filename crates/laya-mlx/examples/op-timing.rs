@@ -118,5 +118,46 @@ fn main() -> Result<(), Exception> {
         flops / matmul / 1e6,
         per_op * 1e3
     );
+    int8_timing(t as usize, iters)?;
+    Ok(())
+}
+
+/// `--int8`'s three int8 layers of one encoder layer (`Wqkv`, `Wo`, `Wi`; `mlp.Wo` stays
+/// f32), quantization of the activations included, with each kernel this CPU runs.
+fn int8_timing(t: usize, iters: usize) -> Result<(), Exception> {
+    use laya_mlx::int8::{Activations, Int8Linear, Kernel};
+    let (d, i) = (D as usize, I as usize);
+    let host = |shape: &[i32]| -> Result<Vec<f32>, Exception> {
+        let a = random::normal::<f32>(shape, None, None, None)?;
+        Ok(a.as_slice::<f32>().to_vec())
+    };
+    let x = host(&[t as i32, D])?;
+    let layers = [
+        ("Wqkv", Int8Linear::new(&host(&[3 * D, D])?, 3 * d, d, None)),
+        ("Wo", Int8Linear::new(&host(&[D, D])?, d, d, None)),
+        ("Wi", Int8Linear::new(&host(&[2 * I, D])?, 2 * i, d, None)),
+    ];
+    let macs = t as f64 * d as f64 * (3.0 * d as f64 + d as f64 + 2.0 * i as f64);
+    for kernel in Kernel::ALL.into_iter().filter(|k| k.available()) {
+        let mut total = 0.0;
+        for (name, layer) in &layers {
+            layer.forward(&x, kernel, Activations::Int8);
+            let start = Instant::now();
+            for _ in 0..iters {
+                std::hint::black_box(layer.forward(&x, kernel, Activations::Int8));
+            }
+            let ms = start.elapsed().as_secs_f64() * 1e3 / iters as f64;
+            println!(
+                "{:<42} {ms:>9.2} ms",
+                format!("{name} int8 ({})", kernel.name())
+            );
+            total += ms;
+        }
+        println!(
+            "int8 Wqkv+Wo+Wi ({}): {total:.2} ms ({:.0} GOP/s)",
+            kernel.name(),
+            2.0 * macs / total / 1e6
+        );
+    }
     Ok(())
 }

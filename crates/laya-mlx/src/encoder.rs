@@ -93,13 +93,18 @@ impl Encoder {
                 eps,
             })
         };
-        let linear = |store: &mut TensorStore, name: &str| -> Result<Linear, LoadError> {
-            let w = store.take(name)?;
-            Linear::new(&w, None, kernels.upcast).map_err(|source| LoadError::Mlx {
-                context: format!("preparing {name}"),
-                source,
-            })
-        };
+        // `int8` for this layer: every linear layer but the feed-forward output (see
+        // `EngineSettings::int8`).
+        let linear =
+            |store: &mut TensorStore, name: &str, int8: bool| -> Result<Linear, LoadError> {
+                let w = store.take(name)?;
+                Linear::maybe_int8(&w, None, kernels.upcast, kernels.int8.filter(|_| int8)).map_err(
+                    |source| LoadError::Mlx {
+                        context: format!("preparing {name}"),
+                        source,
+                    },
+                )
+            };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for (l, &kind) in cfg.layer_kinds.iter().enumerate() {
             let p = format!("encoder.layers.{l}");
@@ -109,11 +114,11 @@ impl Encoder {
                 } else {
                     Some(norm(store, &format!("{p}.attn_norm.weight"))?)
                 },
-                wqkv: linear(store, &format!("{p}.attn.Wqkv.weight"))?,
-                wo: linear(store, &format!("{p}.attn.Wo.weight"))?,
+                wqkv: linear(store, &format!("{p}.attn.Wqkv.weight"), true)?,
+                wo: linear(store, &format!("{p}.attn.Wo.weight"), true)?,
                 mlp_norm: norm(store, &format!("{p}.mlp_norm.weight"))?,
-                wi: linear(store, &format!("{p}.mlp.Wi.weight"))?,
-                mlp_wo: linear(store, &format!("{p}.mlp.Wo.weight"))?,
+                wi: linear(store, &format!("{p}.mlp.Wi.weight"), true)?,
+                mlp_wo: linear(store, &format!("{p}.mlp.Wo.weight"), false)?,
                 kind,
                 rope_theta: cfg.rope_theta(kind),
             });

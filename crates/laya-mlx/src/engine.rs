@@ -27,6 +27,8 @@ use crate::weights::TensorStore;
 pub struct MlxEngine {
     config: CheckpointConfig,
     precision: Precision,
+    /// The int8 settings, with `--int8`.
+    int8: Option<crate::int8::Int8>,
     device: Device,
     stream: Stream,
     full_last_head_layer: bool,
@@ -42,6 +44,7 @@ impl std::fmt::Debug for MlxEngine {
         f.debug_struct("MlxEngine")
             .field("device", &self.device)
             .field("precision", &self.precision)
+            .field("int8", &self.int8)
             .field("hidden_size", &self.config.encoder.hidden_size)
             .field("layers", &self.config.encoder.num_hidden_layers)
             .finish_non_exhaustive()
@@ -111,7 +114,20 @@ impl MlxEngine {
             contiguous_heads: settings.contiguous_heads.unwrap_or(on_gpu),
             host_math: settings.host_math.unwrap_or(!on_gpu),
             upcast: !on_gpu && precision == Precision::F16,
+            int8: settings.int8,
         };
+        if let Some(int8) = settings.int8 {
+            if on_gpu || precision != Precision::F32 {
+                return Err(LoadError::Unsupported(
+                    "int8 runs on the CPU, with f32 everywhere else: not on a GPU or in f16".into(),
+                ));
+            }
+            tracing::info!(
+                kernel = int8.kernel.name(),
+                activations = ?int8.activations,
+                "int8 linear layers"
+            );
+        }
         let mut store = TensorStore::load(dir, &config, precision.dtype(), in_f32, &stream)?;
         let (encoder, type_emb, head, scorer, act_head) = mlx_rs::with_stream(&stream, || {
             Ok::<_, LoadError>((
@@ -139,6 +155,7 @@ impl MlxEngine {
         Ok(MlxEngine {
             config,
             precision,
+            int8: settings.int8,
             device,
             stream,
             full_last_head_layer: settings.full_last_head_layer,
@@ -153,6 +170,11 @@ impl MlxEngine {
     /// The compute precision in use.
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// How the linear layers run in int8 (`--int8`), or `None`.
+    pub fn int8(&self) -> Option<crate::int8::Int8> {
+        self.int8
     }
 
     /// The MLX device the forward runs on.
@@ -314,7 +336,10 @@ impl Forward for MlxEngine {
         EngineInfo {
             engine: "mlx",
             device: self.device_name(),
-            precision: self.precision.name(),
+            precision: match self.int8 {
+                Some(int8) => int8.precision(),
+                None => self.precision.name(),
+            },
         }
     }
 

@@ -8,6 +8,7 @@ use mlx_rs::{ops, Array};
 
 use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
+use crate::int8::Int8;
 use crate::layers::{gelu_erf, LayerNorm, Linear};
 use crate::settings::Kernels;
 use crate::weights::{head_heads, TensorStore};
@@ -23,9 +24,19 @@ fn mlx(name: &str) -> impl FnOnce(Exception) -> LoadError + '_ {
 }
 
 fn linear(store: &mut TensorStore, prefix: &str, upcast: bool) -> Result<Linear, LoadError> {
+    linear_int8(store, prefix, upcast, None)
+}
+
+/// [`linear`], with int8 weights when `int8` names a kernel.
+fn linear_int8(
+    store: &mut TensorStore,
+    prefix: &str,
+    upcast: bool,
+    int8: Option<Int8>,
+) -> Result<Linear, LoadError> {
     let w = store.take(&format!("{prefix}.weight"))?;
     let b = store.take(&format!("{prefix}.bias"))?;
-    Linear::new(&w, Some(b), upcast).map_err(mlx(prefix))
+    Linear::maybe_int8(&w, Some(b), upcast, int8).map_err(mlx(prefix))
 }
 
 fn layer_norm(store: &mut TensorStore, prefix: &str) -> Result<LayerNorm, LoadError> {
@@ -68,6 +79,7 @@ impl DecisionHead {
         kernels: Kernels,
     ) -> Result<Self, LoadError> {
         let up = kernels.upcast;
+        let int8 = kernels.int8;
         let nhead = head_heads(hidden);
         if hidden.checked_rem(nhead) != Some(0) {
             return Err(LoadError::Unsupported(format!(
@@ -89,11 +101,12 @@ impl DecisionHead {
                 .map_err(|_| LoadError::Unsupported(format!("cannot split {w_name}")))?;
             layers.push(HeadLayer {
                 norm1: layer_norm(store, &format!("{p}.norm1"))?,
-                q_proj: Linear::new(&wq, Some(bq), up).map_err(mlx(&w_name))?,
-                kv_proj: Linear::new(&wkv, Some(bkv), up).map_err(mlx(&w_name))?,
-                out_proj: linear(store, &format!("{p}.self_attn.out_proj"), up)?,
+                q_proj: Linear::maybe_int8(&wq, Some(bq), up, int8).map_err(mlx(&w_name))?,
+                kv_proj: Linear::maybe_int8(&wkv, Some(bkv), up, int8).map_err(mlx(&w_name))?,
+                out_proj: linear_int8(store, &format!("{p}.self_attn.out_proj"), up, int8)?,
                 norm2: layer_norm(store, &format!("{p}.norm2"))?,
-                linear1: linear(store, &format!("{p}.linear1"), up)?,
+                linear1: linear_int8(store, &format!("{p}.linear1"), up, int8)?,
+                // The feed-forward output stays f32 (see `EngineSettings::int8`).
                 linear2: linear(store, &format!("{p}.linear2"), up)?,
             });
         }

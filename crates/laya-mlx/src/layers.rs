@@ -1,17 +1,34 @@
 //! The small building blocks shared by the encoder and the decision head: a linear layer
-//! stored ready for `x · Wᵀ`, LayerNorm with and without bias, and exact-erf GELU.
+//! (on MLX, or in int8 on the host), LayerNorm with and without bias, and exact-erf GELU.
 
 use mlx_rs::error::Exception;
 use mlx_rs::{fast, ops, Array, Dtype};
 
-/// `torch.nn.Linear`: `y = x · Wᵀ (+ b)`. `wt` is the checkpoint's `[out, in]` weight seen
+use crate::int8::{Activations, Int8, Int8Linear, Kernel};
+
+/// `torch.nn.Linear`: `y = x · Wᵀ (+ b)`, on MLX or, with `--int8`, on the host in int8.
+#[derive(Debug)]
+pub(crate) enum Linear {
+    Dense(Dense),
+    Int8(Quantized),
+}
+
+/// A linear layer in the checkpoint's precision. `wt` is the `[out, in]` weight seen
 /// transposed (a view; MLX hands the transposition to the GEMM, nothing is copied).
 #[derive(Debug)]
-pub(crate) struct Linear {
-    pub wt: Array,
-    pub bias: Option<Array>,
+pub(crate) struct Dense {
+    wt: Array,
+    bias: Option<Array>,
     /// The dtype inputs are rounded to and outputs come out in: the weight's on disk.
     io: Dtype,
+}
+
+/// An int8 linear layer ([`crate::int8`]) and the kernel it runs with.
+#[derive(Debug)]
+pub(crate) struct Quantized {
+    layer: Int8Linear,
+    kernel: Kernel,
+    activations: Activations,
 }
 
 impl Linear {
@@ -22,11 +39,11 @@ impl Linear {
     pub fn new(weight: &Array, bias: Option<Array>, upcast: bool) -> Result<Self, Exception> {
         let io = weight.dtype();
         if !upcast || io == Dtype::Float32 {
-            return Ok(Linear {
+            return Ok(Linear::Dense(Dense {
                 wt: weight.transpose()?,
                 bias,
                 io,
-            });
+            }));
         }
         let wt = weight.as_dtype(Dtype::Float32)?.transpose()?;
         let bias = bias.map(|b| b.as_dtype(Dtype::Float32)).transpose()?;
@@ -34,12 +51,54 @@ impl Linear {
         if let Some(b) = &bias {
             b.eval()?;
         }
-        Ok(Linear { wt, bias, io })
+        Ok(Linear::Dense(Dense { wt, bias, io }))
+    }
+
+    /// With `int8`, the layer quantized per output channel, run on the host;
+    /// otherwise [`Linear::new`].
+    pub fn maybe_int8(
+        weight: &Array,
+        bias: Option<Array>,
+        upcast: bool,
+        int8: Option<Int8>,
+    ) -> Result<Self, Exception> {
+        let Some(int8) = int8 else {
+            return Linear::new(weight, bias, upcast);
+        };
+        let shape = weight.shape();
+        let [out, k] = [shape[0] as usize, shape[1] as usize];
+        let w = host_values(weight)?;
+        let bias = bias.map(|b| host_values(&b)).transpose()?;
+        Ok(Linear::Int8(Quantized {
+            layer: Int8Linear::new(&w, out, k, bias),
+            kernel: int8.kernel,
+            activations: int8.activations,
+        }))
     }
 
     /// `x` is `[n, in]`; the result is `[n, out]`, in the layer's dtype (an f32 input meets
-    /// f16 weights as f16, like a linear layer under autocast).
+    /// f16 weights as f16, like a linear layer under autocast; int8 layers give f32).
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
+        match self {
+            Linear::Dense(d) => d.forward(x),
+            Linear::Int8(q) => {
+                let x = x.as_dtype(Dtype::Float32)?.contiguous()?;
+                let values = x.try_as_slice::<f32>().map_err(|e| {
+                    Exception::custom(format!("reading a linear layer's input: {e}"))
+                })?;
+                let y = q.layer.forward(values, q.kernel, q.activations);
+                let rows = (y.len() / q.layer.out_features().max(1)) as i32;
+                Ok(Array::from_slice(
+                    &y,
+                    &[rows, q.layer.out_features() as i32],
+                ))
+            }
+        }
+    }
+}
+
+impl Dense {
+    fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let mut x = x.as_dtype(self.io)?;
         if self.wt.dtype() != self.io {
             x = x.as_dtype(self.wt.dtype())?;
@@ -54,6 +113,14 @@ impl Linear {
             y.as_dtype(self.io)
         }
     }
+}
+
+/// `a`'s values in f32, row-major, evaluated here.
+fn host_values(a: &Array) -> Result<Vec<f32>, Exception> {
+    let a = a.as_dtype(Dtype::Float32)?.contiguous()?;
+    a.try_as_slice::<f32>()
+        .map(<[f32]>::to_vec)
+        .map_err(|e| Exception::custom(format!("reading a linear layer's values: {e}")))
 }
 
 /// LayerNorm over the last axis; `bias` is `None` for ModernBERT's bias-free norms.

@@ -34,6 +34,7 @@ mod error;
 mod head;
 mod host;
 mod host_attention;
+pub mod int8;
 mod layers;
 mod settings;
 pub mod weights;

@@ -91,6 +91,12 @@ pub struct EngineSettings {
     /// PyTorch's CPU kernels use. With per-row attention, the encoder's whole self-attention
     /// (RoPE, scores, softmax, values) runs on the host too (`host_attention.rs`).
     pub host_math: Option<bool>,
+    /// `--int8`: the encoder's and the decision head's linear layers with int8 weights (per
+    /// output channel) and int8 activations (per row) on the host, with this kernel and
+    /// activation split ([`crate::int8::Int8::detect`] picks the CPU's best kernel). The feed-forward output
+    /// projections (the encoder's `mlp.Wo`, the head's `linear2`) stay f32: their inputs
+    /// carry the activation outliers that per-row int8 rounds worst. CPU and f32 only.
+    pub int8: Option<crate::int8::Int8>,
 }
 
 /// How the forward's kernels run, resolved from [`EngineSettings`] and the device when the
@@ -106,4 +112,6 @@ pub(crate) struct Kernels {
     /// f16 GEMMs and attention computed in f32 and rounded to f16 (f16 on the CPU, which has
     /// no fast f16 kernels): see `Linear::new`.
     pub upcast: bool,
+    /// [`EngineSettings::int8`].
+    pub int8: Option<crate::int8::Int8>,
 }

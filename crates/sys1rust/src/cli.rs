@@ -158,6 +158,17 @@ pub struct EngineArgs {
     /// Compute in f16 (the default on a GPU).
     #[arg(long, env = "SYS1_F16", action = clap::ArgAction::SetTrue, value_parser = truthy)]
     pub f16: bool,
+    /// CPU only, never the default: the encoder's and the decision head's linear layers with
+    /// int8 weights (per output channel) and int8 activations (per row), the feed-forward
+    /// output projections and everything else in f32. Faster, and answers move: see the
+    /// README for the agreement with f32 measured.
+    #[arg(long, env = "SYS1_INT8", conflicts_with = "f16", action = clap::ArgAction::SetTrue, value_parser = truthy)]
+    pub int8: bool,
+    /// With --int8: activations rounded once to int8 (int8, the fast one), or twice, the
+    /// second time what the first left (split: two integer GEMMs, about weight-only int8's
+    /// answers, slower).
+    #[arg(long, value_enum, default_value_t = Int8Activations::Int8, env = "SYS1_INT8_ACTIVATIONS", requires = "int8")]
+    pub int8_activations: Int8Activations,
     /// Device that runs the forward pass.
     #[arg(long, value_enum, default_value_t = Device::Auto, env = "SYS1_DEVICE")]
     pub device: Device,
@@ -204,6 +215,13 @@ pub enum Sliding {
     Auto,
     Masked,
     Blocked,
+}
+
+/// `--int8-activations`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Int8Activations {
+    Int8,
+    Split,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -9,7 +9,7 @@ use laya_core::agent::Agent;
 use laya_core::engine::Forward;
 use laya_mlx::{DeviceKind, EngineSettings, Precision, SlidingAttention};
 
-use crate::cli::{CudaAttention, Device, EngineArgs, EngineChoice, Sliding};
+use crate::cli::{CudaAttention, Device, EngineArgs, EngineChoice, Int8Activations, Sliding};
 
 /// A loaded engine, whichever it is.
 pub type AnyForward = Box<dyn Forward>;
@@ -19,11 +19,13 @@ impl EngineArgs {
     pub fn mlx_settings(&self) -> EngineSettings {
         EngineSettings {
             device: match self.device {
+                // int8 runs on the host, whatever device MLX's library would default to.
+                _ if self.int8 => DeviceKind::Cpu,
                 Device::Auto => DeviceKind::Default,
                 Device::Cpu => DeviceKind::Cpu,
                 Device::Gpu => DeviceKind::Gpu,
             },
-            precision: if self.f32 {
+            precision: if self.f32 || self.int8 {
                 Some(Precision::F32)
             } else if self.f16 {
                 Some(Precision::F16)
@@ -35,6 +37,12 @@ impl EngineArgs {
                 Sliding::Masked => SlidingAttention::Masked,
                 Sliding::Blocked => SlidingAttention::Blocked,
             },
+            int8: self.int8.then(|| {
+                laya_mlx::int8::Int8::detect(match self.int8_activations {
+                    Int8Activations::Int8 => laya_mlx::int8::Activations::Int8,
+                    Int8Activations::Split => laya_mlx::int8::Activations::Split,
+                })
+            }),
             ..EngineSettings::default()
         }
     }
@@ -54,9 +62,17 @@ impl EngineArgs {
         s
     }
 
-    /// The engine to load: `auto` never picks the CUDA engine for the CPU device or for f32,
-    /// which only MLX computes.
+    /// The engine to load: `auto` never picks the CUDA engine for the CPU device, for f32 or
+    /// for int8, which only MLX's CPU engine computes.
     fn choice(&self) -> anyhow::Result<EngineChoice> {
+        if self.int8 {
+            if self.engine == EngineChoice::Cuda || matches!(self.device, Device::Gpu) {
+                anyhow::bail!(
+                    "--int8 runs on the CPU: it takes neither --engine cuda nor --device gpu"
+                );
+            }
+            return Ok(EngineChoice::Mlx);
+        }
         match (self.engine, self.f32 || matches!(self.device, Device::Cpu)) {
             (EngineChoice::Cuda, true) => anyhow::bail!(
                 "--engine cuda computes in f16 on the GPU: it takes neither --f32 nor --device cpu"
@@ -137,7 +153,9 @@ impl EngineArgs {
                 precision: "f16",
             };
         }
-        let gpu = !matches!(self.device, Device::Cpu) && laya_mlx::backend::BACKEND != "cpu";
+        let gpu = !self.int8
+            && !matches!(self.device, Device::Cpu)
+            && laya_mlx::backend::BACKEND != "cpu";
         let device = match (gpu, laya_mlx::backend::BACKEND) {
             (true, "metal") => "mps",
             (true, _) => "cuda",
@@ -147,7 +165,12 @@ impl EngineArgs {
         laya_core::engine::EngineInfo {
             engine: "mlx",
             device: device.into(),
-            precision: if f32 { "f32" } else { "f16" },
+            precision: match (self.int8, f32) {
+                (true, _) if self.int8_activations == Int8Activations::Split => "int8-split",
+                (true, _) => "int8",
+                (false, true) => "f32",
+                (false, false) => "f16",
+            },
         }
     }
 

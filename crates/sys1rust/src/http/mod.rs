@@ -382,6 +382,14 @@ async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
             pyjson::round_ndigits(seconds, 1).unwrap_or(seconds),
         );
     }
+    // `--int8` (not in upstream): said wherever the server describes itself.
+    if state
+        .readiness
+        .started()
+        .is_some_and(|s| s.info.precision.starts_with("int8"))
+    {
+        out.push_str(",\"int8\":true");
+    }
     // Several engine workers (`--gpus`, not in upstream): each one's GPU and load.
     let workers = state.worker.workers();
     if workers.len() > 1 {

@@ -1,0 +1,630 @@
+//! Int8 linear layers for `--int8` on the CPU: weights quantized once, per output channel;
+//! activations quantized per row as each GEMM runs; products summed exactly in `i32`.
+//!
+//! A layer `y = x · Wᵀ (+ b)` becomes, for row `r` and channel `n`,
+//! `y[r][n] = (Σₖ qx[r][k] · qw[n][k]) · (sx[r] · sw[n]) (+ b[n])` with `qw = round(W / sw)`,
+//! `sw[n] = max|W[n]| / 127`, `qx = round(x / sx)`, `sx[r] = max|x[r]| / 127`, both in
+//! `[-127, 127]`. The sum is an integer, computed exactly by every kernel below, and the
+//! scaling is the same f32 operations in the same order in each: so a row's output is bit for
+//! bit the same whichever kernel the CPU takes, and whatever other rows share the GEMM.
+//!
+//! With [`Activations::Split`], `x` is rounded twice: `qx` as above, then what that left,
+//! `x - sx·qx`, on its own scale; two integer GEMMs whose scaled sums add up.
+//!
+//! Kernels, chosen at run time ([`Kernel::detect`]):
+//! * AVX-512 VNNI: `vpdpbusd` on 512-bit registers (16 channels × 4 products each). It
+//!   multiplies unsigned by signed bytes, so activations are shifted to `qx + 128` and
+//!   `128 · Σₖ qw[n][k]` is taken off the sum again (exact in `i32`).
+//! * AVX-VNNI: the same on 256-bit registers, for CPUs with VNNI but not AVX-512.
+//! * AVX2: `vpmaddubsw` / `vpmaddwd`. `vpmaddubsw` saturates pairs of `u8 · i8` products at
+//!   `i16`, which `(qx + 128) · qw` would reach; `|qx| · (qw · sign qx)` cannot
+//!   (`2 · 127 · 127 < 32 767`), so that is what it multiplies.
+//! * Portable code everywhere else.
+//!
+//! Weights are packed in blocks of 16 output channels, each block `[k / 4][16][4]`: one
+//! 64-byte load is four consecutive inputs of 16 channels, what one `vpdpbusd` consumes.
+
+/// Output channels per packed block.
+const BLOCK: usize = 16;
+/// Blocks per panel: the channels one row tile sweeps over `k` together (64 with AVX-512).
+const PANEL: usize = 4;
+
+/// `--int8`'s settings: the kernel, and how activations are quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Int8 {
+    /// The dot-product kernel.
+    pub kernel: Kernel,
+    /// How each GEMM's activations are quantized.
+    pub activations: Activations,
+}
+
+impl Int8 {
+    /// The CPU's best kernel, with `activations`.
+    pub fn detect(activations: Activations) -> Int8 {
+        Int8 {
+            kernel: Kernel::detect(),
+            activations,
+        }
+    }
+
+    /// The precision the engine reports: `int8`, or `int8-split`.
+    pub fn precision(self) -> &'static str {
+        match self.activations {
+            Activations::Int8 => "int8",
+            Activations::Split => "int8-split",
+        }
+    }
+}
+
+/// Which int8 dot-product kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX-512 VNNI (`vpdpbusd`, 512-bit).
+    Avx512Vnni,
+    /// AVX-VNNI (`vpdpbusd`, 256-bit).
+    AvxVnni,
+    /// AVX2 (`vpmaddubsw` + `vpmaddwd`).
+    Avx2,
+    /// Plain Rust.
+    Portable,
+}
+
+impl Kernel {
+    /// Every kernel, fastest first.
+    pub const ALL: [Kernel; 4] = [
+        Kernel::Avx512Vnni,
+        Kernel::AvxVnni,
+        Kernel::Avx2,
+        Kernel::Portable,
+    ];
+
+    /// The fastest kernel this CPU runs.
+    pub fn detect() -> Kernel {
+        Kernel::ALL
+            .into_iter()
+            .find(|k| k.available())
+            .unwrap_or(Kernel::Portable)
+    }
+
+    /// Whether this CPU can run the kernel.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            match self {
+                Kernel::Avx512Vnni => has!("avx512f") && has!("avx512bw") && has!("avx512vnni"),
+                Kernel::AvxVnni => has!("avx2") && has!("avxvnni"),
+                Kernel::Avx2 => has!("avx2"),
+                Kernel::Portable => true,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Kernel::Portable
+        }
+    }
+
+    /// A short name for logs and `/health`: `avx512-vnni`, `avx-vnni`, `avx2`, `portable`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Avx512Vnni => "avx512-vnni",
+            Kernel::AvxVnni => "avx-vnni",
+            Kernel::Avx2 => "avx2",
+            Kernel::Portable => "portable",
+        }
+    }
+
+    /// Whether the kernel multiplies activations shifted by 128 (`vpdpbusd`).
+    fn shifted(self) -> bool {
+        matches!(self, Kernel::Avx512Vnni | Kernel::AvxVnni)
+    }
+}
+
+/// A linear layer with int8 weights: `[out, k]` quantized per output channel.
+#[derive(Debug)]
+pub struct Int8Linear {
+    out: usize,
+    k: usize,
+    /// `k` rounded up to a multiple of 4 (the padding is zero in weights and activations).
+    k4: usize,
+    /// `out / 16` blocks (rounded up) of `[k4 / 4][16][4]`; channels past `out` are zero.
+    packed: Vec<i8>,
+    /// Per channel (padded to the blocks): the scale `sw`.
+    scale: Vec<f32>,
+    /// Per channel (padded): `128 · Σₖ qw[n][k]`, what the shifted kernels take off.
+    shift: Vec<i32>,
+    bias: Option<Vec<f32>>,
+}
+
+impl Int8Linear {
+    /// Quantizes the row-major `[out, k]` weight `w` (and keeps the `[out]` bias in f32).
+    pub fn new(w: &[f32], out: usize, k: usize, bias: Option<Vec<f32>>) -> Int8Linear {
+        assert_eq!(w.len(), out * k, "weight is not [out, k]");
+        if let Some(b) = &bias {
+            assert_eq!(b.len(), out, "bias is not [out]");
+        }
+        let k4 = k.div_ceil(4) * 4;
+        let blocks = out.div_ceil(BLOCK);
+        let mut packed = vec![0i8; blocks * BLOCK * k4];
+        let mut scale = vec![0f32; blocks * BLOCK];
+        let mut shift = vec![0i32; blocks * BLOCK];
+        for n in 0..out {
+            let row = &w[n * k..(n + 1) * k];
+            let (s, inv) = scale_of(row);
+            scale[n] = s;
+            let (b, c) = (n / BLOCK, n % BLOCK);
+            let mut sum = 0i32;
+            for (kk, &v) in row.iter().enumerate() {
+                let q = quantize(v, inv);
+                sum += q as i32;
+                packed[b * BLOCK * k4 + (kk / 4) * BLOCK * 4 + c * 4 + kk % 4] = q;
+            }
+            shift[n] = 128 * sum;
+        }
+        Int8Linear {
+            out,
+            k,
+            k4,
+            packed,
+            scale,
+            shift,
+            bias,
+        }
+    }
+
+    /// Output channels.
+    pub fn out_features(&self) -> usize {
+        self.out
+    }
+
+    /// Input features.
+    pub fn in_features(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held (weights, scales, bias).
+    pub fn bytes(&self) -> usize {
+        self.packed.len() + 8 * self.scale.len() + 4 * self.bias.as_ref().map_or(0, Vec::len)
+    }
+
+    /// `x` is row-major `[rows, k]`; returns `[rows, out]`, computed by `kernel`, which must
+    /// be [`Kernel::available`] (otherwise the portable kernel runs), with the activations
+    /// quantized as `activations` says.
+    pub fn forward(&self, x: &[f32], kernel: Kernel, activations: Activations) -> Vec<f32> {
+        assert_eq!(x.len() % self.k.max(1), 0, "input is not [rows, k]");
+        let rows = if self.k == 0 { 0 } else { x.len() / self.k };
+        let kernel = if kernel.available() {
+            kernel
+        } else {
+            Kernel::Portable
+        };
+        let planes = planes(x, rows, self.k, self.k4, kernel.shifted(), activations);
+        let mut y = vec![0f32; rows * self.out];
+        let blocks = self.out.div_ceil(BLOCK);
+        // The threads (this one among them) take panels of channels in turn from a shared
+        // counter, each panel over every row, so a thread that is held up (another process,
+        // a slower core) leaves its share to the others instead of holding up the GEMM.
+        let panels = blocks.div_ceil(PANEL);
+        let threads = crate::host::threads_for(panels, rows * self.out * self.k / 64);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let out = Out(y.as_mut_ptr());
+        let work = || loop {
+            let p = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if p >= panels {
+                break;
+            }
+            let b0 = p * PANEL;
+            for plane in &planes {
+                // SAFETY: `y` has `rows * out` values and outlives the threads; each panel is
+                // taken by one thread, which writes only that panel's channels (one plane
+                // after the other, so their sums add in the same order in every run).
+                unsafe { self.run(plane, b0..(b0 + PANEL).min(blocks), out.ptr(), kernel) }
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads {
+                scope.spawn(work);
+            }
+            work();
+        });
+        y
+    }
+
+    /// Channels of blocks `blocks`, every row, into `y` (`[rows, out]`).
+    ///
+    /// # Safety
+    /// `y` must hold `acts.rows * self.out` values, and `kernel` must be available.
+    unsafe fn run(
+        &self,
+        acts: &Plane,
+        blocks: std::ops::Range<usize>,
+        y: *mut f32,
+        kernel: Kernel,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        match kernel {
+            Kernel::Avx512Vnni => return x86::vnni512(self, acts, blocks, y),
+            Kernel::AvxVnni => return x86::vnni256(self, acts, blocks, y),
+            Kernel::Avx2 => return x86::avx2(self, acts, blocks, y),
+            Kernel::Portable => {}
+        }
+        let _ = kernel;
+        portable(self, acts, blocks, y);
+    }
+
+    /// The packed weights of block `b`.
+    fn block(&self, b: usize) -> &[i8] {
+        &self.packed[b * BLOCK * self.k4..(b + 1) * BLOCK * self.k4]
+    }
+
+    /// Writes the 16 sums of row `r`'s channels `n0..` (those below `out`): the one
+    /// scaling every kernel uses, so their outputs agree bit for bit.
+    ///
+    /// # Safety
+    /// `y` must hold row `r` of `[rows, out]`.
+    unsafe fn finish(&self, acts: &Plane, r: usize, n0: usize, sums: &[i32; BLOCK], y: *mut f32) {
+        let sx = acts.scale[r];
+        for (c, &s) in sums.iter().enumerate() {
+            let n = n0 + c;
+            if n >= self.out {
+                break;
+            }
+            let s = if acts.shifted { s - self.shift[n] } else { s };
+            let v = s as f32 * (sx * self.scale[n]);
+            let at = y.add(r * self.out + n);
+            if acts.residual {
+                *at += v;
+            } else {
+                *at = match &self.bias {
+                    Some(b) => v + b[n],
+                    None => v,
+                };
+            }
+        }
+    }
+}
+
+/// The output matrix, shared by the threads that write disjoint channels of it.
+struct Out(*mut f32);
+
+impl Out {
+    /// A method, so closures capture the whole (`Sync`) wrapper, not its raw field.
+    fn ptr(&self) -> *mut f32 {
+        self.0
+    }
+}
+// SAFETY: each thread writes only its own channels (see `Int8Linear::forward`).
+unsafe impl Sync for Out {}
+
+/// How a GEMM's activations are quantized, per row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activations {
+    /// One int8 plane: one integer GEMM, and the activations' rounding on top of the
+    /// weights' (about six times the probability error of `Split` on the fixtures).
+    #[default]
+    Int8,
+    /// Two int8 planes: the value rounded to int8, and what that rounding left, rounded to
+    /// int8 on its own scale (about 15 bits in all). Two integer GEMMs; the activations'
+    /// rounding then costs about nothing, and the weights' int8 is what is left.
+    Split,
+}
+
+/// The quantized activations of one GEMM: one plane, or two for [`Activations::Split`].
+fn planes(
+    x: &[f32],
+    rows: usize,
+    k: usize,
+    k4: usize,
+    shifted: bool,
+    activations: Activations,
+) -> Vec<Plane> {
+    {
+        let first = Plane::new(x, rows, k, k4, shifted, false);
+        if activations == Activations::Int8 {
+            return vec![first];
+        }
+        let mut left = x.to_vec();
+        for r in 0..rows {
+            let s = first.scale[r];
+            for (v, &q) in left[r * k..(r + 1) * k]
+                .iter_mut()
+                .zip(&first.q[r * k4..r * k4 + k])
+            {
+                let q = if shifted {
+                    q as i32 - 128
+                } else {
+                    q as i8 as i32
+                };
+                *v -= q as f32 * s;
+            }
+        }
+        let second = Plane::new(&left, rows, k, k4, shifted, true);
+        vec![first, second]
+    }
+}
+
+/// One plane of a GEMM's activations, quantized per row.
+struct Plane {
+    rows: usize,
+    k4: usize,
+    /// `[rows, k4]`: `qx` as bytes, shifted by 128 (as `u8`) for the `vpdpbusd` kernels.
+    q: Vec<u8>,
+    scale: Vec<f32>,
+    shifted: bool,
+    /// What the first plane's rounding left: added to the output, without the bias.
+    residual: bool,
+}
+
+impl Plane {
+    fn new(x: &[f32], rows: usize, k: usize, k4: usize, shifted: bool, residual: bool) -> Plane {
+        let mut q = vec![if shifted { 128u8 } else { 0 }; rows * k4];
+        let mut scale = vec![0f32; rows];
+        for r in 0..rows {
+            let row = &x[r * k..(r + 1) * k];
+            let (s, inv) = scale_of(row);
+            scale[r] = s;
+            for (d, &v) in q[r * k4..r * k4 + k].iter_mut().zip(row) {
+                let v = quantize(v, inv);
+                *d = if shifted {
+                    (v as i16 + 128) as u8
+                } else {
+                    v as u8
+                };
+            }
+        }
+        Plane {
+            rows,
+            k4,
+            q,
+            scale,
+            shifted,
+            residual,
+        }
+    }
+
+    fn row(&self, r: usize) -> &[u8] {
+        &self.q[r * self.k4..(r + 1) * self.k4]
+    }
+}
+
+/// `(max|v| / 127, 127 / max|v|)`; `(0, 0)` for an all-zero (or empty) vector.
+fn scale_of(v: &[f32]) -> (f32, f32) {
+    let amax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    if amax > 0.0 && amax.is_finite() {
+        (amax / 127.0, 127.0 / amax)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+fn quantize(v: f32, inv: f32) -> i8 {
+    // `as` saturates (and maps NaN to 0): the clamp only guards the rounding at ±127.5.
+    ((v * inv).round() as i32).clamp(-127, 127) as i8
+}
+
+/// The portable kernel: the same sums, one product at a time.
+///
+/// # Safety
+/// `y` must hold `acts.rows * lin.out` values.
+unsafe fn portable(lin: &Int8Linear, acts: &Plane, blocks: std::ops::Range<usize>, y: *mut f32) {
+    for b in blocks {
+        let w = lin.block(b);
+        for r in 0..acts.rows {
+            let a = acts.row(r);
+            let mut sums = [0i32; BLOCK];
+            for (g, wg) in w.chunks_exact(BLOCK * 4).enumerate() {
+                let ag = &a[g * 4..g * 4 + 4];
+                for (c, wc) in wg.chunks_exact(4).enumerate() {
+                    for t in 0..4 {
+                        let av = if acts.shifted {
+                            ag[t] as i32
+                        } else {
+                            ag[t] as i8 as i32
+                        };
+                        sums[c] += av * wc[t] as i32;
+                    }
+                }
+            }
+            lin.finish(acts, r, b * BLOCK, &sums, y);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The x86-64 kernels. Each sweeps a tile of `MR` rows by `NB` blocks of 16 channels over
+    //! the whole of `k` with every sum in a register, then hands the sums to
+    //! [`Int8Linear::finish`]. Both are constants, so the sums never leave the registers.
+
+    use std::arch::x86_64::*;
+
+    use super::{Int8Linear, Plane, BLOCK};
+
+    /// The four activation bytes `a[r][4g..4g + 4]` as one 32-bit lane value.
+    #[inline(always)]
+    unsafe fn quad(acts: &Plane, r: usize, g: usize) -> i32 {
+        std::ptr::read_unaligned(acts.q.as_ptr().add(r * acts.k4 + 4 * g) as *const i32)
+    }
+
+    /// Sweeps `blocks` in panels of `$nb` blocks (then single blocks), and every row in tiles
+    /// of `$mr` (then what is left), with `$tile::<MR, NB>`.
+    macro_rules! sweep {
+        ($lin:ident, $acts:ident, $blocks:ident, $y:ident, $tile:ident, $mr:literal, $nb:literal) => {{
+            let mut b = $blocks.start;
+            while b < $blocks.end {
+                let full = $blocks.end - b >= $nb;
+                let mut r = 0;
+                while r < $acts.rows {
+                    let left = ($acts.rows - r).min($mr);
+                    macro_rules! at {
+                        ($m:literal) => {
+                            if full {
+                                $tile::<$m, $nb>($lin, $acts, r, b, $y)
+                            } else {
+                                $tile::<$m, 1>($lin, $acts, r, b, $y)
+                            }
+                        };
+                    }
+                    match left {
+                        1 => at!(1),
+                        2 => at!(2),
+                        3 => at!(3),
+                        4 if $mr > 4 => at!(4),
+                        5 if $mr > 5 => at!(5),
+                        _ => at!($mr),
+                    }
+                    r += left;
+                }
+                b += if full { $nb } else { 1 };
+            }
+        }};
+    }
+
+    /// AVX-512 VNNI: 6 rows × 64 channels a tile (24 sums, 4 weight registers).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn vnni512(
+        lin: &Int8Linear,
+        acts: &Plane,
+        blocks: std::ops::Range<usize>,
+        y: *mut f32,
+    ) {
+        sweep!(lin, acts, blocks, y, tile512, 6, 4);
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn tile512<const MR: usize, const NB: usize>(
+        lin: &Int8Linear,
+        acts: &Plane,
+        r0: usize,
+        b0: usize,
+        y: *mut f32,
+    ) {
+        let mut acc = [[_mm512_setzero_si512(); NB]; MR];
+        let stride = BLOCK * lin.k4;
+        let w = lin.packed.as_ptr().add(b0 * stride);
+        for g in 0..lin.k4 / 4 {
+            let mut wv = [_mm512_setzero_si512(); NB];
+            for (j, v) in wv.iter_mut().enumerate() {
+                *v = _mm512_loadu_si512(w.add(j * stride + g * BLOCK * 4) as *const _);
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                let a = _mm512_set1_epi32(quad(acts, r0 + i, g));
+                for (s, &wj) in row.iter_mut().zip(&wv) {
+                    *s = _mm512_dpbusd_epi32(*s, a, wj);
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            for (j, s) in row.iter().enumerate() {
+                let mut sums = [0i32; BLOCK];
+                _mm512_storeu_si512(sums.as_mut_ptr() as *mut _, *s);
+                lin.finish(acts, r0 + i, (b0 + j) * BLOCK, &sums, y);
+            }
+        }
+    }
+
+    /// AVX-VNNI: 6 rows × 32 channels a tile (two 256-bit halves a block; 12 sums).
+    #[target_feature(enable = "avx2,avxvnni")]
+    pub(super) unsafe fn vnni256(
+        lin: &Int8Linear,
+        acts: &Plane,
+        blocks: std::ops::Range<usize>,
+        y: *mut f32,
+    ) {
+        sweep!(lin, acts, blocks, y, tile256, 6, 1);
+    }
+
+    #[target_feature(enable = "avx2,avxvnni")]
+    unsafe fn tile256<const MR: usize, const NB: usize>(
+        lin: &Int8Linear,
+        acts: &Plane,
+        r0: usize,
+        b0: usize,
+        y: *mut f32,
+    ) {
+        let mut acc = [[[_mm256_setzero_si256(); 2]; NB]; MR];
+        let stride = BLOCK * lin.k4;
+        let w = lin.packed.as_ptr().add(b0 * stride);
+        for g in 0..lin.k4 / 4 {
+            let mut wv = [[_mm256_setzero_si256(); 2]; NB];
+            for (j, v) in wv.iter_mut().enumerate() {
+                let p = w.add(j * stride + g * BLOCK * 4);
+                v[0] = _mm256_loadu_si256(p as *const __m256i);
+                v[1] = _mm256_loadu_si256(p.add(32) as *const __m256i);
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                let a = _mm256_set1_epi32(quad(acts, r0 + i, g));
+                for (s, wj) in row.iter_mut().zip(&wv) {
+                    s[0] = _mm256_dpbusd_avx_epi32(s[0], a, wj[0]);
+                    s[1] = _mm256_dpbusd_avx_epi32(s[1], a, wj[1]);
+                }
+            }
+        }
+        finish_halves(lin, acts, r0, b0, &acc, y);
+    }
+
+    /// AVX2: 4 rows × 32 channels a tile (16 sums spill little with 16 registers).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn avx2(
+        lin: &Int8Linear,
+        acts: &Plane,
+        blocks: std::ops::Range<usize>,
+        y: *mut f32,
+    ) {
+        sweep!(lin, acts, blocks, y, tile_avx2, 4, 1);
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn tile_avx2<const MR: usize, const NB: usize>(
+        lin: &Int8Linear,
+        acts: &Plane,
+        r0: usize,
+        b0: usize,
+        y: *mut f32,
+    ) {
+        let mut acc = [[[_mm256_setzero_si256(); 2]; NB]; MR];
+        let ones = _mm256_set1_epi16(1);
+        let stride = BLOCK * lin.k4;
+        let w = lin.packed.as_ptr().add(b0 * stride);
+        for g in 0..lin.k4 / 4 {
+            let mut wv = [[_mm256_setzero_si256(); 2]; NB];
+            for (j, v) in wv.iter_mut().enumerate() {
+                let p = w.add(j * stride + g * BLOCK * 4);
+                v[0] = _mm256_loadu_si256(p as *const __m256i);
+                v[1] = _mm256_loadu_si256(p.add(32) as *const __m256i);
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                let a = _mm256_set1_epi32(quad(acts, r0 + i, g));
+                let magnitude = _mm256_abs_epi8(a);
+                for (s, wj) in row.iter_mut().zip(&wv) {
+                    for h in 0..2 {
+                        // |a| · (w · sign a) = a · w, pairs summed without saturating.
+                        let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wj[h], a));
+                        s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(pairs, ones));
+                    }
+                }
+            }
+        }
+        finish_halves(lin, acts, r0, b0, &acc, y);
+    }
+
+    /// Hands a 256-bit tile's sums (two halves a block) to [`Int8Linear::finish`].
+    #[inline(always)]
+    unsafe fn finish_halves<const MR: usize, const NB: usize>(
+        lin: &Int8Linear,
+        acts: &Plane,
+        r0: usize,
+        b0: usize,
+        acc: &[[[__m256i; 2]; NB]; MR],
+        y: *mut f32,
+    ) {
+        for (i, row) in acc.iter().enumerate() {
+            for (j, s) in row.iter().enumerate() {
+                let mut sums = [0i32; BLOCK];
+                _mm256_storeu_si256(sums.as_mut_ptr() as *mut __m256i, s[0]);
+                _mm256_storeu_si256(sums.as_mut_ptr().add(8) as *mut __m256i, s[1]);
+                lin.finish(acts, r0 + i, (b0 + j) * BLOCK, &sums, y);
+            }
+        }
+    }
+}
