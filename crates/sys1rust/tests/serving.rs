@@ -560,3 +560,63 @@ fn help_names_the_environment() {
         assert!(pull.contains(needle), "pull --help lacks {needle}");
     }
 }
+
+/// `--int8` (and `SYS1_INT8`) says so in the ready line, `/info` and `/health`, answers, and
+/// is refused with the GPU engines; without it `/health` has upstream's keys only.
+#[test]
+fn int8_is_said_wherever_the_server_describes_itself() {
+    let _serial = serial();
+    for (args, env, precision) in [
+        (vec!["--int8"], vec![], "int8"),
+        (vec![], vec![("SYS1_INT8", "1")], "int8"),
+        (
+            vec!["--int8", "--int8-activations", "split"],
+            vec![],
+            "int8-split",
+        ),
+    ] {
+        let s = Server::process_tiny(&args, &env);
+        let ready: serde_json::Value = serde_json::from_str(&s.ready).expect("ready line");
+        assert_eq!(ready["precision"], precision, "{args:?} {env:?}");
+        assert_eq!(ready["device"], "cpu");
+        let info: serde_json::Value =
+            serde_json::from_slice(&s.send("GET", "/info", &[], None).body).expect("info");
+        assert_eq!(info["precision"], precision);
+        let health: serde_json::Value =
+            serde_json::from_slice(&s.send("GET", "/health", &[], None).body).expect("health");
+        assert_eq!(health["int8"], true, "{health}");
+        let ok = post(&s, &[], BODY);
+        assert_eq!(ok.status, 200, "{}", ok.text());
+    }
+    let plain = Server::process_tiny(&[], &[]);
+    let health: serde_json::Value =
+        serde_json::from_slice(&plain.send("GET", "/health", &[], None).body).expect("health");
+    assert!(health.get("int8").is_none(), "{health}");
+    drop(plain);
+
+    let bin = env!("CARGO_BIN_EXE_sys1rust");
+    for refused in [&["--engine", "cuda"][..], &["--device", "gpu"][..]] {
+        let out = Command::new(bin)
+            .args(["serve", "--port", "0", "--int8"])
+            .args(refused)
+            .args(["--model", &tiny_dir()])
+            .output()
+            .expect("runs");
+        assert!(!out.status.success(), "{refused:?} was taken");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--int8 runs on the CPU"), "{refused:?}: {err}");
+    }
+    let out = Command::new(bin)
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--int8",
+            "--f16",
+            "--model",
+            &tiny_dir(),
+        ])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success(), "--int8 --f16 was taken");
+}
