@@ -24,10 +24,14 @@
 //! Weights are packed in blocks of 16 output channels, each block `[k / 4][16][4]`: one
 //! 64-byte load is four consecutive inputs of 16 channels, what one `vpdpbusd` consumes.
 
+use std::ops::Range;
+
 /// Output channels per packed block.
 const BLOCK: usize = 16;
 /// Blocks per panel: the channels one row tile sweeps over `k` together (64 with AVX-512).
 const PANEL: usize = 4;
+/// Activation bytes a work item's rows hold: what stays in a core's L2 beside a panel.
+const CHUNK_BYTES: usize = 256 * 1024;
 
 /// `--int8`'s settings: the kernel, and how activations are quantized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +197,9 @@ impl Int8Linear {
     pub fn forward(&self, x: &[f32], kernel: Kernel, activations: Activations) -> Vec<f32> {
         assert_eq!(x.len() % self.k.max(1), 0, "input is not [rows, k]");
         let rows = if self.k == 0 { 0 } else { x.len() / self.k };
+        if rows == 0 {
+            return Vec::new();
+        }
         let kernel = if kernel.available() {
             kernel
         } else {
@@ -201,24 +208,38 @@ impl Int8Linear {
         let planes = planes(x, rows, self.k, self.k4, kernel.shifted(), activations);
         let mut y = vec![0f32; rows * self.out];
         let blocks = self.out.div_ceil(BLOCK);
-        // The threads (this one among them) take panels of channels in turn from a shared
-        // counter, each panel over every row, so a thread that is held up (another process,
-        // a slower core) leaves its share to the others instead of holding up the GEMM.
+        // Work items are a chunk of rows by a panel of channels, chunk by chunk: a chunk's
+        // activations stay in the core's cache while the panels go by. The threads (this one
+        // among them) take items in turn from a shared counter, so a thread that is held up
+        // (another process, a slower core) leaves its share to the others instead of holding
+        // up the GEMM.
         let panels = blocks.div_ceil(PANEL);
-        let threads = crate::host::threads_for(panels, rows * self.out * self.k / 64);
+        let chunk = (CHUNK_BYTES / self.k4.max(1)).max(8);
+        let chunks = rows.div_ceil(chunk);
+        let items = chunks * panels;
+        let threads = crate::host::threads_for(items, rows * self.out * self.k / 64);
         let next = std::sync::atomic::AtomicUsize::new(0);
         let out = Out(y.as_mut_ptr());
         let work = || loop {
-            let p = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if p >= panels {
+            let item = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if item >= items {
                 break;
             }
-            let b0 = p * PANEL;
+            let (c, p) = (item / panels, item % panels);
+            let (r0, b0) = (c * chunk, p * PANEL);
             for plane in &planes {
-                // SAFETY: `y` has `rows * out` values and outlives the threads; each panel is
-                // taken by one thread, which writes only that panel's channels (one plane
-                // after the other, so their sums add in the same order in every run).
-                unsafe { self.run(plane, b0..(b0 + PANEL).min(blocks), out.ptr(), kernel) }
+                // SAFETY: `y` has `rows * out` values and outlives the threads; each item is
+                // taken by one thread, which writes only that item's rows and channels (one
+                // plane after the other, so their sums add in the same order in every run).
+                unsafe {
+                    self.run(
+                        plane,
+                        r0..(r0 + chunk).min(rows),
+                        b0..(b0 + PANEL).min(blocks),
+                        out.ptr(),
+                        kernel,
+                    )
+                }
             }
         };
         std::thread::scope(|scope| {
@@ -237,19 +258,20 @@ impl Int8Linear {
     unsafe fn run(
         &self,
         acts: &Plane,
-        blocks: std::ops::Range<usize>,
+        rows: Range<usize>,
+        blocks: Range<usize>,
         y: *mut f32,
         kernel: Kernel,
     ) {
         #[cfg(target_arch = "x86_64")]
         match kernel {
-            Kernel::Avx512Vnni => return x86::vnni512(self, acts, blocks, y),
-            Kernel::AvxVnni => return x86::vnni256(self, acts, blocks, y),
-            Kernel::Avx2 => return x86::avx2(self, acts, blocks, y),
+            Kernel::Avx512Vnni => return x86::vnni512(self, acts, rows, blocks, y),
+            Kernel::AvxVnni => return x86::vnni256(self, acts, rows, blocks, y),
+            Kernel::Avx2 => return x86::avx2(self, acts, rows, blocks, y),
             Kernel::Portable => {}
         }
         let _ = kernel;
-        portable(self, acts, blocks, y);
+        portable(self, acts, rows, blocks, y);
     }
 
     /// The packed weights of block `b`.
@@ -345,7 +367,6 @@ fn planes(
 
 /// One plane of a GEMM's activations, quantized per row.
 struct Plane {
-    rows: usize,
     k4: usize,
     /// `[rows, k4]`: `qx` as bytes, shifted by 128 (as `u8`) for the `vpdpbusd` kernels.
     q: Vec<u8>,
@@ -359,21 +380,33 @@ impl Plane {
     fn new(x: &[f32], rows: usize, k: usize, k4: usize, shifted: bool, residual: bool) -> Plane {
         let mut q = vec![if shifted { 128u8 } else { 0 }; rows * k4];
         let mut scale = vec![0f32; rows];
-        for r in 0..rows {
-            let row = &x[r * k..(r + 1) * k];
-            let (s, inv) = scale_of(row);
-            scale[r] = s;
-            for (d, &v) in q[r * k4..r * k4 + k].iter_mut().zip(row) {
-                let v = quantize(v, inv);
-                *d = if shifted {
-                    (v as i16 + 128) as u8
-                } else {
-                    v as u8
-                };
+        let per = rows
+            .div_ceil(crate::host::threads_for(rows, rows * k))
+            .max(1);
+        std::thread::scope(|scope| {
+            for ((x, q), scale) in x
+                .chunks(per * k.max(1))
+                .zip(q.chunks_mut(per * k4))
+                .zip(scale.chunks_mut(per))
+            {
+                scope.spawn(move || {
+                    for (r, s_out) in scale.iter_mut().enumerate() {
+                        let row = &x[r * k..(r + 1) * k];
+                        let (s, inv) = scale_of(row);
+                        *s_out = s;
+                        for (d, &v) in q[r * k4..r * k4 + k].iter_mut().zip(row) {
+                            let v = quantize(v, inv);
+                            *d = if shifted {
+                                (v as i16 + 128) as u8
+                            } else {
+                                v as u8
+                            };
+                        }
+                    }
+                });
             }
-        }
+        });
         Plane {
-            rows,
             k4,
             q,
             scale,
@@ -406,10 +439,16 @@ fn quantize(v: f32, inv: f32) -> i8 {
 ///
 /// # Safety
 /// `y` must hold `acts.rows * lin.out` values.
-unsafe fn portable(lin: &Int8Linear, acts: &Plane, blocks: std::ops::Range<usize>, y: *mut f32) {
+unsafe fn portable(
+    lin: &Int8Linear,
+    acts: &Plane,
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    y: *mut f32,
+) {
     for b in blocks {
         let w = lin.block(b);
-        for r in 0..acts.rows {
+        for r in rows.clone() {
             let a = acts.row(r);
             let mut sums = [0i32; BLOCK];
             for (g, wg) in w.chunks_exact(BLOCK * 4).enumerate() {
@@ -437,6 +476,7 @@ mod x86 {
     //! [`Int8Linear::finish`]. Both are constants, so the sums never leave the registers.
 
     use std::arch::x86_64::*;
+    use std::ops::Range;
 
     use super::{Int8Linear, Plane, BLOCK};
 
@@ -449,13 +489,13 @@ mod x86 {
     /// Sweeps `blocks` in panels of `$nb` blocks (then single blocks), and every row in tiles
     /// of `$mr` (then what is left), with `$tile::<MR, NB>`.
     macro_rules! sweep {
-        ($lin:ident, $acts:ident, $blocks:ident, $y:ident, $tile:ident, $mr:literal, $nb:literal) => {{
+        ($lin:ident, $acts:ident, $rows:ident, $blocks:ident, $y:ident, $tile:ident, $mr:literal, $nb:literal) => {{
             let mut b = $blocks.start;
             while b < $blocks.end {
                 let full = $blocks.end - b >= $nb;
-                let mut r = 0;
-                while r < $acts.rows {
-                    let left = ($acts.rows - r).min($mr);
+                let mut r = $rows.start;
+                while r < $rows.end {
+                    let left = ($rows.end - r).min($mr);
                     macro_rules! at {
                         ($m:literal) => {
                             if full {
@@ -485,10 +525,11 @@ mod x86 {
     pub(super) unsafe fn vnni512(
         lin: &Int8Linear,
         acts: &Plane,
-        blocks: std::ops::Range<usize>,
+        rows: Range<usize>,
+        blocks: Range<usize>,
         y: *mut f32,
     ) {
-        sweep!(lin, acts, blocks, y, tile512, 6, 4);
+        sweep!(lin, acts, rows, blocks, y, tile512, 6, 4);
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -516,11 +557,52 @@ mod x86 {
         }
         for (i, row) in acc.iter().enumerate() {
             for (j, s) in row.iter().enumerate() {
-                let mut sums = [0i32; BLOCK];
-                _mm512_storeu_si512(sums.as_mut_ptr() as *mut _, *s);
-                lin.finish(acts, r0 + i, (b0 + j) * BLOCK, &sums, y);
+                let n0 = (b0 + j) * BLOCK;
+                if n0 + BLOCK <= lin.out {
+                    finish512(lin, acts, r0 + i, n0, *s, y);
+                } else {
+                    let mut sums = [0i32; BLOCK];
+                    _mm512_storeu_si512(sums.as_mut_ptr() as *mut _, *s);
+                    lin.finish(acts, r0 + i, n0, &sums, y);
+                }
             }
         }
+    }
+
+    /// [`Int8Linear::finish`] for a whole block, on 16 lanes: the same operations in the same
+    /// order, so the same bits.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn finish512(
+        lin: &Int8Linear,
+        acts: &Plane,
+        r: usize,
+        n0: usize,
+        s: __m512i,
+        y: *mut f32,
+    ) {
+        let s = if acts.shifted {
+            _mm512_sub_epi32(
+                s,
+                _mm512_loadu_si512(lin.shift.as_ptr().add(n0) as *const _),
+            )
+        } else {
+            s
+        };
+        let scale = _mm512_mul_ps(
+            _mm512_set1_ps(acts.scale[r]),
+            _mm512_loadu_ps(lin.scale.as_ptr().add(n0)),
+        );
+        let v = _mm512_mul_ps(_mm512_cvtepi32_ps(s), scale);
+        let at = y.add(r * lin.out + n0);
+        let v = if acts.residual {
+            _mm512_add_ps(_mm512_loadu_ps(at), v)
+        } else {
+            match &lin.bias {
+                Some(b) => _mm512_add_ps(v, _mm512_loadu_ps(b.as_ptr().add(n0))),
+                None => v,
+            }
+        };
+        _mm512_storeu_ps(at, v);
     }
 
     /// AVX-VNNI: 6 rows × 32 channels a tile (two 256-bit halves a block; 12 sums).
@@ -528,10 +610,11 @@ mod x86 {
     pub(super) unsafe fn vnni256(
         lin: &Int8Linear,
         acts: &Plane,
-        blocks: std::ops::Range<usize>,
+        rows: Range<usize>,
+        blocks: Range<usize>,
         y: *mut f32,
     ) {
-        sweep!(lin, acts, blocks, y, tile256, 6, 1);
+        sweep!(lin, acts, rows, blocks, y, tile256, 6, 1);
     }
 
     #[target_feature(enable = "avx2,avxvnni")]
@@ -568,10 +651,11 @@ mod x86 {
     pub(super) unsafe fn avx2(
         lin: &Int8Linear,
         acts: &Plane,
-        blocks: std::ops::Range<usize>,
+        rows: Range<usize>,
+        blocks: Range<usize>,
         y: *mut f32,
     ) {
-        sweep!(lin, acts, blocks, y, tile_avx2, 4, 1);
+        sweep!(lin, acts, rows, blocks, y, tile_avx2, 4, 1);
     }
 
     #[target_feature(enable = "avx2")]

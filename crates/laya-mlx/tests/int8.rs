@@ -25,8 +25,9 @@ impl Values {
 }
 
 /// Shapes with ragged channel blocks (`out` not a multiple of 16 or 64), ragged `k` (not a
-/// multiple of 4) and row counts around every tile height.
-const SHAPES: [(usize, usize, usize); 6] = [
+/// multiple of 4), row counts around every tile height, and rows in several cache chunks.
+const SHAPES: [(usize, usize, usize); 7] = [
+    (150, 40, 4096),
     (1, 8, 4),
     (7, 37, 13),
     (13, 100, 64),
