@@ -196,7 +196,7 @@ impl Int8Linear {
     /// quantized as `activations` says.
     pub fn forward(&self, x: &[f32], kernel: Kernel, activations: Activations) -> Vec<f32> {
         assert_eq!(x.len() % self.k.max(1), 0, "input is not [rows, k]");
-        let rows = if self.k == 0 { 0 } else { x.len() / self.k };
+        let rows = x.len().checked_div(self.k).unwrap_or(0);
         if rows == 0 {
             return Vec::new();
         }
