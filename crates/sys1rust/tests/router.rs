@@ -366,7 +366,10 @@ fn idle_unload_empties_the_router_and_the_next_request_reloads() {
             .expect("x-inference-time-ms");
         (r.text(), ms)
     };
-    let (warm, warm_ms) = post();
+    // The first request after start carries one-time costs of its own (it took longer than a
+    // cold load once, on a busy machine): the warm time is the fastest of three.
+    let (warm, first_ms) = post();
+    let warm_ms = (0..2).map(|_| post().1).fold(first_ms, f64::min);
     let answer = pyjson::loads(warm.as_bytes()).expect("answer").value;
     let routed = answer
         .as_object()
