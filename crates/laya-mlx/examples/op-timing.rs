@@ -1,8 +1,9 @@
 //! Where a forward's time goes: times the operations one ModernBERT-large layer runs at a
 //! given token count (the four weight matmuls, the exact-erf GELU of the GeGLU, the attention
 //! softmax, and attention as the GPU engine runs it: `rows` rows padded to one length under a
-//! bool window mask) on MLX's default device, and MLX's fixed cost per operation (a chain of
-//! small adds evaluated at once), and prints ms per layer for each.
+//! bool window mask) on MLX's default device, MLX's fixed cost per operation (a chain of
+//! small adds evaluated at once), the CPU engine's own host attention (global and sliding)
+//! and its int8 layers, and prints ms per layer for each.
 //!
 //! ```text
 //! cargo run --release -p laya-mlx --example op-timing -- [tokens=207] [iterations=5] [f16] [rows=1]
@@ -118,6 +119,7 @@ fn main() -> Result<(), Exception> {
         flops / matmul / 1e6,
         per_op * 1e3
     );
+    host_attention_timing(t as usize, rows as usize, iters)?;
     int8_timing(t as usize, iters)?;
     Ok(())
 }
@@ -157,6 +159,40 @@ fn int8_timing(t: usize, iters: usize) -> Result<(), Exception> {
             "int8 Wqkv+Wo+Wi ({}): {total:.2} ms ({:.0} GOP/s)",
             kernel.name(),
             2.0 * macs / total / 1e6
+        );
+    }
+    Ok(())
+}
+
+/// The encoder's host attention (`host_attention.rs`, what the CPU engine runs) over `rows`
+/// rows of `t / rows` tokens, on a global and on a sliding layer.
+fn host_attention_timing(t: usize, rows: usize, iters: usize) -> Result<(), Exception> {
+    let (d, h) = (D as usize, H as usize);
+    let qkv = random::normal::<f32>(&[t as i32, 3 * D], None, None, None)?;
+    let qkv = qkv.as_slice::<f32>().to_vec();
+    let lengths = vec![t / rows; rows];
+    let tokens: usize = lengths.iter().sum();
+    let qkv = &qkv[..tokens * 3 * d];
+    for (name, half, theta) in [("global", None, 160_000.0), ("sliding", Some(64), 10_000.0)] {
+        let run = || laya_mlx::profile::host_attention(qkv, &lengths, h, 64, theta, half);
+        std::hint::black_box(run());
+        let start = Instant::now();
+        for _ in 0..iters {
+            std::hint::black_box(run());
+        }
+        let ms = start.elapsed().as_secs_f64() * 1e3 / iters as f64;
+        let keys: usize = lengths
+            .iter()
+            .map(|&l| match half {
+                None => l * l,
+                Some(w) => (0..l).map(|i| i.min(w) + (l - 1 - i).min(w) + 1).sum(),
+            })
+            .sum();
+        let flops = 4.0 * keys as f64 * 64.0 * h as f64;
+        println!(
+            "{:<42} {ms:>9.2} ms ({:.0} GFLOP/s)",
+            format!("host attention, {name} ({rows} rows)"),
+            flops / ms / 1e6
         );
     }
     Ok(())

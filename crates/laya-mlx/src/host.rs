@@ -199,7 +199,18 @@ pub(crate) fn exp(x: f32) -> f32 {
                 + r * (1.0 / 6.0
                     + r * (1.0 / 24.0
                         + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    p * f32::from_bits(biased_exponent(n) << 23)
+}
+
+/// `n + 127` for an integral `n` in −127 ..= 128, read from the mantissa of
+/// `1.5·2²³ + 127 + n`, which holds it exactly: the value of `(n as i32 + 127) as u32` without
+/// the saturating conversion that keeps `as` from vectorizing.
+#[inline(always)]
+fn biased_exponent(n: f32) -> u32 {
+    const ROUND: f32 = 12_582_912.0;
+    (n + (ROUND + 127.0))
+        .to_bits()
+        .wrapping_sub(ROUND.to_bits())
 }
 
 #[cfg(test)]
@@ -240,6 +251,13 @@ mod tests {
                 "exp({x}) = {got}, want {want}"
             );
             x += 0.0137;
+        }
+    }
+
+    #[test]
+    fn the_exponent_is_read_exactly() {
+        for n in -127..=128 {
+            assert_eq!(biased_exponent(n as f32), (n + 127) as u32, "n = {n}");
         }
     }
 

@@ -36,6 +36,8 @@ mod host;
 mod host_attention;
 pub mod int8;
 mod layers;
+#[doc(hidden)]
+pub mod profile;
 mod settings;
 pub mod weights;
 
