@@ -8,6 +8,7 @@ use mlx_rs::{ops, Array};
 
 use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
+use crate::host_attention;
 use crate::int8::Int8;
 use crate::layers::{gelu_erf, LayerNorm, Linear};
 use crate::settings::Kernels;
@@ -69,6 +70,31 @@ pub(crate) struct DecisionHead {
     hidden: usize,
     /// Attention over one padded batch instead of one batch per row length.
     padded: bool,
+    /// Attention on the host ([`host_attention::cross_attention`]): with the host math, on
+    /// per-row attention, for 64-wide heads (every checkpoint's: `head_heads`).
+    host_attention: bool,
+}
+
+/// The head's attention on the host, in f32 (queries `q`, rows `q_spans`; keys and values
+/// `kv`, `[T, 2d]`, rows `kv_spans`); the result in `q`'s dtype.
+fn attention_on_host(
+    q: &Array,
+    q_spans: &[Span],
+    kv: &Array,
+    kv_spans: &[Span],
+    d: usize,
+) -> Result<Array, Exception> {
+    let io = q.dtype();
+    let (q, kv) = (
+        q.as_dtype(mlx_rs::Dtype::Float32)?,
+        kv.as_dtype(mlx_rs::Dtype::Float32)?,
+    );
+    let err = |e| Exception::custom(format!("reading the head's attention input: {e}"));
+    let qv = q.try_as_slice::<f32>().map_err(err)?;
+    let kvv = kv.try_as_slice::<f32>().map_err(err)?;
+    let out = host_attention::cross_attention(qv, q_spans, kvv, kv_spans, d);
+    let rows = (out.len() / d.max(1)) as i32;
+    Array::from_slice(&out, &[rows, d as i32]).as_dtype(io)
 }
 
 impl DecisionHead {
@@ -121,6 +147,7 @@ impl DecisionHead {
             },
             hidden,
             padded: kernels.padded,
+            host_attention: kernels.host_math && !kernels.padded && hidden / nhead == 64,
         })
     }
 
@@ -153,34 +180,42 @@ impl DecisionHead {
             if last && !full_last_layer {
                 let a_sel = a.take_axis(select, 0)?;
                 let q = layer.q_proj.forward(&a_sel)?;
-                let att = packed_attention(
-                    &q,
-                    &kvs[0],
-                    &kvs[1],
-                    select_spans,
-                    spans,
-                    self.heads,
-                    None,
-                    Window::Full,
-                    self.padded
-                        .then(|| PaddedBatch::new(select_spans, spans))
-                        .as_ref(),
-                )?;
+                let att = if self.host_attention {
+                    attention_on_host(&q, select_spans, &kv, spans, self.hidden)?
+                } else {
+                    packed_attention(
+                        &q,
+                        &kvs[0],
+                        &kvs[1],
+                        select_spans,
+                        spans,
+                        self.heads,
+                        None,
+                        Window::Full,
+                        self.padded
+                            .then(|| PaddedBatch::new(select_spans, spans))
+                            .as_ref(),
+                    )?
+                };
                 let x_sel = x.take_axis(select, 0)?.add(layer.out_proj.forward(&att)?)?;
                 return layer.feed_forward(&x_sel);
             }
             let q = layer.q_proj.forward(&a)?;
-            let att = packed_attention(
-                &q,
-                &kvs[0],
-                &kvs[1],
-                spans,
-                spans,
-                self.heads,
-                None,
-                Window::Full,
-                padded.as_ref(),
-            )?;
+            let att = if self.host_attention {
+                attention_on_host(&q, spans, &kv, spans, self.hidden)?
+            } else {
+                packed_attention(
+                    &q,
+                    &kvs[0],
+                    &kvs[1],
+                    spans,
+                    spans,
+                    self.heads,
+                    None,
+                    Window::Full,
+                    padded.as_ref(),
+                )?
+            };
             x = layer.feed_forward(&x.add(layer.out_proj.forward(&att)?)?)?;
         }
         x.take_axis(select, 0)

@@ -85,88 +85,162 @@ pub(crate) fn self_attention(
     half: Option<usize>,
 ) -> Vec<f32> {
     let d = heads * head_dim;
-    let tokens = spans.iter().map(|s| s.start + s.len).max().unwrap_or(0);
-    let mut out = vec![0f32; tokens * d];
-    let tasks: Vec<(usize, usize)> = (0..spans.len())
-        .flat_map(|r| (0..heads).map(move |h| (r, h)))
-        .filter(|&(r, _)| spans[r].len > 0)
-        .collect();
-    let work: usize = tasks.iter().map(|&(r, _)| spans[r].len).sum::<usize>() * head_dim;
-    let threads = crate::host::threads_for(tasks.len(), work);
-    let next = AtomicUsize::new(0);
     let job = Job {
-        qkv,
+        q: qkv,
+        q_stride: 3 * d,
+        kv: qkv,
+        kv_stride: 3 * d,
+        k_col: d,
+        v_col: 2 * d,
         d,
         head_dim,
-        rope,
+        rope: Some(rope),
         half,
     };
-    let done: Vec<Vec<(usize, Vec<f32>)>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let t = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&(r, h)) = tasks.get(t) else { break };
-                        mine.push((t, job.head(spans[r], h)));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
-    for (t, head_out) in done.into_iter().flatten() {
-        let (r, h) = tasks[t];
-        let span = spans[r];
-        for (i, row) in head_out.chunks_exact(head_dim).enumerate() {
-            let at = (span.start + i) * d + h * head_dim;
-            out[at..at + head_dim].copy_from_slice(row);
-        }
-    }
-    out
+    job.run(spans, spans)
 }
 
-/// What every task of one call reads.
+/// The decision head's attention (`torch.nn.MultiheadAttention`: no positions, every key of
+/// the row) for 64-wide heads: the queries of row `r` are `q`'s rows `q_spans[r]` (`[Tq, d]`;
+/// every token, or the last layer's few selected positions), its keys and values `kv`'s rows
+/// `kv_spans[r]` (`[T, 2d]`, keys then values). Returns `[Tq, d]`.
+pub(crate) fn cross_attention(
+    q: &[f32],
+    q_spans: &[Span],
+    kv: &[f32],
+    kv_spans: &[Span],
+    d: usize,
+) -> Vec<f32> {
+    let job = Job {
+        q,
+        q_stride: d,
+        kv,
+        kv_stride: 2 * d,
+        k_col: 0,
+        v_col: d,
+        d,
+        head_dim: HD,
+        rope: None,
+        half: None,
+    };
+    job.run(q_spans, kv_spans)
+}
+
+/// What every task of one call reads: where each token's query, key and value of a head
+/// are, and the positions and window that apply. RoPE and a window need queries and keys to
+/// be the same tokens (self-attention).
 struct Job<'a> {
-    qkv: &'a [f32],
+    q: &'a [f32],
+    q_stride: usize,
+    kv: &'a [f32],
+    kv_stride: usize,
+    k_col: usize,
+    v_col: usize,
     d: usize,
     head_dim: usize,
-    rope: &'a RopeTable,
+    rope: Option<&'a RopeTable>,
     half: Option<usize>,
 }
 
 impl Job<'_> {
-    /// Head `h` of one row: `[len, hd]`, row-major.
-    fn head(&self, span: Span, h: usize) -> Vec<f32> {
+    /// Every (row, head) as one task, shared by the machine's cores; `[Tq, d]` out.
+    fn run(&self, q_spans: &[Span], kv_spans: &[Span]) -> Vec<f32> {
+        let (d, hd) = (self.d, self.head_dim);
+        let heads = d / hd;
+        let tokens = q_spans.iter().map(|s| s.start + s.len).max().unwrap_or(0);
+        let mut out = vec![0f32; tokens * d];
+        let tasks: Vec<(usize, usize)> = (0..q_spans.len())
+            .flat_map(|r| (0..heads).map(move |h| (r, h)))
+            .filter(|&(r, _)| q_spans[r].len > 0 && kv_spans[r].len > 0)
+            .collect();
+        let work: usize = tasks
+            .iter()
+            .map(|&(r, _)| q_spans[r].len * kv_spans[r].len)
+            .sum::<usize>()
+            * hd;
+        let threads = crate::host::threads_for(tasks.len(), work);
+        let next = AtomicUsize::new(0);
+        let done: Vec<Vec<(usize, Vec<f32>)>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let t = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(&(r, h)) = tasks.get(t) else { break };
+                            mine.push((t, self.head(q_spans[r], kv_spans[r], h)));
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        for (t, head_out) in done.into_iter().flatten() {
+            let (r, h) = tasks[t];
+            let span = q_spans[r];
+            for (i, row) in head_out.chunks_exact(hd).enumerate() {
+                let at = (span.start + i) * d + h * hd;
+                out[at..at + hd].copy_from_slice(row);
+            }
+        }
+        out
+    }
+
+    /// Head `h`'s `hd` query values of query token `t`.
+    fn q_at(&self, t: usize, h: usize) -> &[f32] {
+        let at = t * self.q_stride + h * self.head_dim;
+        &self.q[at..at + self.head_dim]
+    }
+
+    /// Head `h`'s key and value of token `t`.
+    fn kv_at(&self, t: usize, h: usize) -> (&[f32], &[f32]) {
+        let (at, hd) = (t * self.kv_stride + h * self.head_dim, self.head_dim);
+        (
+            &self.kv[at + self.k_col..at + self.k_col + hd],
+            &self.kv[at + self.v_col..at + self.v_col + hd],
+        )
+    }
+
+    /// The keys query `i` of a row of `len` keys sees, inclusive.
+    fn window(&self, i: usize, len: usize) -> (usize, usize) {
+        match self.half {
+            Some(w) => (i.saturating_sub(w), (i + w).min(len - 1)),
+            None => (0, len - 1),
+        }
+    }
+}
+
+impl Job<'_> {
+    /// Head `h` of one row, its queries `qs` and its keys `ks`: `[qs.len, hd]`, row-major.
+    fn head(&self, qs: Span, ks: Span, h: usize) -> Vec<f32> {
         if self.head_dim != HD {
-            return self.head_any(span, h);
+            return self.head_any(qs, h);
         }
         match Simd::detect() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `detect` saw AVX-512F and FMA on this CPU.
-            Simd::Avx512 => unsafe { self.head64_avx512(span, h) },
+            Simd::Avx512 => unsafe { self.head64_avx512(qs, ks, h) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `detect` saw AVX2 and FMA on this CPU.
-            Simd::Avx2 => unsafe { self.head64_avx2(span, h) },
-            Simd::Portable => self.head64(span, h, Simd::Portable),
+            Simd::Avx2 => unsafe { self.head64_avx2(qs, ks, h) },
+            Simd::Portable => self.head64(qs, ks, h, Simd::Portable),
         }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,fma")]
-    unsafe fn head64_avx512(&self, span: Span, h: usize) -> Vec<f32> {
-        self.head64(span, h, Simd::Avx512)
+    unsafe fn head64_avx512(&self, qs: Span, ks: Span, h: usize) -> Vec<f32> {
+        self.head64(qs, ks, h, Simd::Avx512)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn head64_avx2(&self, span: Span, h: usize) -> Vec<f32> {
-        self.head64(span, h, Simd::Avx2)
+    unsafe fn head64_avx2(&self, qs: Span, ks: Span, h: usize) -> Vec<f32> {
+        self.head64(qs, ks, h, Simd::Avx2)
     }
 
     /// The blocked kernel for 64-wide heads: blocks of [`QB`] queries against packed tiles of
@@ -174,42 +248,62 @@ impl Job<'_> {
     /// two-pass softmax, then one pass over the values for the whole block. A query's keys
     /// outside its window get probability 0, which adds nothing to its sums.
     #[inline(always)]
-    fn head64(&self, span: Span, h: usize, simd: Simd) -> Vec<f32> {
-        let (len, d) = (span.len, self.d);
-        let stride = 3 * d;
+    fn head64(&self, qs: Span, ks: Span, h: usize, simd: Simd) -> Vec<f32> {
+        let (nq, len) = (qs.len, ks.len);
         let tiles = len.div_ceil(KT);
         let lp = tiles * KT;
-        // Rotated queries pre-scaled by 1/√64 = 2⁻³ (exact, so the scores are the same bits
-        // as scaling them), zero rows up to a whole block; rotated keys packed per tile as
-        // `[tile][x][KT]`; values `[lp][HD]`; zeros past the row.
-        let mut q = vec![0f32; len.next_multiple_of(QB) * HD];
+        // Queries (rotated where RoPE applies) pre-scaled by 1/√64 = 2⁻³ (exact, so the
+        // scores are the same bits as scaling them), zero rows up to a whole block; keys
+        // (rotated likewise) packed per tile as `[tile][x][KT]`; values `[lp][HD]`; zeros
+        // past the row.
+        let mut q = vec![0f32; nq.next_multiple_of(QB) * HD];
         let mut kp = vec![0f32; lp * HD];
         let mut v = vec![0f32; lp * HD];
-        for i in 0..len {
-            let base = (span.start + i) * stride + h * HD;
-            let qs = &self.qkv[base..base + HD];
-            let ks = &self.qkv[base + d..base + d + HD];
-            v[i * HD..(i + 1) * HD].copy_from_slice(&self.qkv[base + 2 * d..base + 2 * d + HD]);
-            let (cos, sin) = self.rope.at(i);
-            let qi = &mut q[i * HD..(i + 1) * HD];
-            let kt = &mut kp[(i / KT) * HD * KT + i % KT..];
-            for x in 0..HD / 2 {
-                let (c, s) = (cos[x], sin[x]);
-                qi[x] = (qs[x] * c - qs[x + HD / 2] * s) * 0.125;
-                qi[x + HD / 2] = (qs[x + HD / 2] * c + qs[x] * s) * 0.125;
-                kt[x * KT] = ks[x] * c - ks[x + HD / 2] * s;
-                kt[(x + HD / 2) * KT] = ks[x + HD / 2] * c + ks[x] * s;
+        for i in 0..nq {
+            let (src, qi) = (self.q_at(qs.start + i, h), &mut q[i * HD..(i + 1) * HD]);
+            match self.rope {
+                Some(rope) => {
+                    let (cos, sin) = rope.at(i);
+                    for x in 0..HD / 2 {
+                        let (c, s) = (cos[x], sin[x]);
+                        qi[x] = (src[x] * c - src[x + HD / 2] * s) * 0.125;
+                        qi[x + HD / 2] = (src[x + HD / 2] * c + src[x] * s) * 0.125;
+                    }
+                }
+                None => {
+                    for (o, &x) in qi.iter_mut().zip(src) {
+                        *o = x * 0.125;
+                    }
+                }
             }
         }
-        let window = |i: usize| match self.half {
-            Some(w) => (i.saturating_sub(w), (i + w).min(len - 1)),
-            None => (0, len - 1),
-        };
-        let mut out = vec![0f32; len * HD];
+        for i in 0..len {
+            let (ksrc, vsrc) = self.kv_at(ks.start + i, h);
+            v[i * HD..(i + 1) * HD].copy_from_slice(vsrc);
+            let kt = &mut kp[(i / KT) * HD * KT + i % KT..];
+            match self.rope {
+                Some(rope) => {
+                    let (cos, sin) = rope.at(i);
+                    for x in 0..HD / 2 {
+                        let (c, s) = (cos[x], sin[x]);
+                        kt[x * KT] = ksrc[x] * c - ksrc[x + HD / 2] * s;
+                        kt[(x + HD / 2) * KT] = ksrc[x + HD / 2] * c + ksrc[x] * s;
+                    }
+                }
+                None => {
+                    for (x, &k) in ksrc.iter().enumerate() {
+                        kt[x * KT] = k;
+                    }
+                }
+            }
+        }
+        // Self-attention's windows; the head's queries see every key.
+        let window = |i: usize| self.window(i, len);
+        let mut out = vec![0f32; nq * HD];
         let mut scores = vec![0f32; QB * lp];
         let mut o = [0f32; QB * HD];
-        for i0 in (0..len).step_by(QB) {
-            let nb = (len - i0).min(QB);
+        for i0 in (0..nq).step_by(QB) {
+            let nb = (nq - i0).min(QB);
             let (t_lo, t_hi) = (window(i0).0 / KT, window(i0 + nb - 1).1 / KT);
             let first = t_lo * KT;
             let n = (t_hi + 1 - t_lo) * KT;
@@ -238,13 +332,12 @@ impl Job<'_> {
         out
     }
 
-    /// Head `h` of one row for heads of any width (the test fixtures' narrow ones). No fused
+    /// Head `h` of one row of self-attention for heads of any width. No fused
     /// multiply-adds are written (Rust never contracts `a * b + c`), so every build of this
     /// loop gives the same bits.
     fn head_any(&self, span: Span, h: usize) -> Vec<f32> {
-        let (len, hd, d) = (span.len, self.head_dim, self.d);
+        let (len, hd) = (span.len, self.head_dim);
         let half_hd = hd / 2;
-        let stride = 3 * d;
         // Rotated queries `[len, hd]` (plus a block's worth of zero rows), rotated keys
         // transposed `[hd, lp]` (zero past `len`, and a tile of zeros after the last row, so a
         // tile starting anywhere in a row can be read whole; what it reads past the row's
@@ -254,12 +347,18 @@ impl Job<'_> {
         let mut kt = vec![0f32; hd * lp + KEY_TILE];
         let mut v = vec![0f32; len * hd];
         for i in 0..len {
-            let base = (span.start + i) * stride + h * hd;
-            let qs = &self.qkv[base..base + hd];
-            let ks = &self.qkv[base + d..base + d + hd];
-            v[i * hd..(i + 1) * hd].copy_from_slice(&self.qkv[base + 2 * d..base + 2 * d + hd]);
-            let (cos, sin) = self.rope.at(i);
+            let qs = self.q_at(span.start + i, h);
+            let (ks, vs) = self.kv_at(span.start + i, h);
+            v[i * hd..(i + 1) * hd].copy_from_slice(vs);
             let qi = &mut q[i * hd..(i + 1) * hd];
+            let Some(rope) = self.rope else {
+                qi.copy_from_slice(qs);
+                for (x, &k) in ks.iter().enumerate() {
+                    kt[x * lp + i] = k;
+                }
+                continue;
+            };
+            let (cos, sin) = rope.at(i);
             for x in 0..half_hd {
                 let (c, s) = (cos[x], sin[x]);
                 qi[x] = qs[x] * c - qs[x + half_hd] * s;
@@ -269,10 +368,7 @@ impl Job<'_> {
             }
         }
         let scale = 1.0 / (hd as f32).sqrt();
-        let window = |i: usize| match self.half {
-            Some(w) => (i.saturating_sub(w), (i + w).min(len - 1)),
-            None => (0, len - 1),
-        };
+        let window = |i: usize| self.window(i, len);
         let mut out = vec![0f32; len * hd];
         let mut scores = vec![0f32; QUERY_BLOCK * (lp + KEY_TILE)];
         let row = lp + KEY_TILE;
@@ -795,22 +891,80 @@ mod tests {
         let rope = RopeTable::new(160_000.0, hd, 128);
         for half in [None, Some(5), Some(64)] {
             let job = Job {
-                qkv: &qkv,
+                q: &qkv,
+                q_stride: 3 * d,
+                kv: &qkv,
+                kv_stride: 3 * d,
+                k_col: d,
+                v_col: 2 * d,
                 d,
                 head_dim: hd,
-                rope: &rope,
+                rope: Some(&rope),
                 half,
             };
             for &span in &spans {
                 for h in 0..heads {
-                    let want = job.head64(span, h, Simd::Portable);
+                    let want = job.head64(span, span, h, Simd::Portable);
                     for simd in Simd::available() {
-                        let got = job.head64(span, h, simd);
+                        let got = job.head64(span, span, h, simd);
                         let same = got
                             .iter()
                             .zip(&want)
                             .all(|(a, b)| a.to_bits() == b.to_bits());
                         assert!(same, "{simd:?}, half {half:?}, row of {}", span.len);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cross_attention_matches_f64_at_every_position_or_a_few() {
+        let (heads, d) = (2, 128);
+        let kv_spans = crate::attention::spans_from_lengths([1, 33, 70]);
+        let tokens = 104;
+        let q_all = inputs(tokens, d / 3 + 1, 5)[..tokens * d].to_vec();
+        let kv = inputs(tokens, 2 * d / 3 + 1, 9)[..tokens * 2 * d].to_vec();
+        // Every token's query, then a few per row (the last head layer's selected positions).
+        let picks: [&[usize]; 3] = [&[0], &[0, 5, 32], &[0, 1, 40, 69]];
+        let mut q_few = Vec::new();
+        for (span, pick) in kv_spans.iter().zip(picks) {
+            for &i in pick {
+                q_few.extend_from_slice(&q_all[(span.start + i) * d..(span.start + i + 1) * d]);
+            }
+        }
+        let few_spans = crate::attention::spans_from_lengths(picks.iter().map(|p| p.len()));
+        for (q, q_spans) in [(&q_all, &kv_spans), (&q_few, &few_spans)] {
+            let got = cross_attention(q, q_spans, &kv, &kv_spans, d);
+            for (r, (qs, ks)) in q_spans.iter().zip(&kv_spans).enumerate() {
+                for i in 0..qs.len {
+                    for h in 0..heads {
+                        let qi = &q[(qs.start + i) * d + h * 64..][..64];
+                        let scores: Vec<f64> = (0..ks.len)
+                            .map(|j| {
+                                let kj = &kv[(ks.start + j) * 2 * d + h * 64..][..64];
+                                qi.iter()
+                                    .zip(kj)
+                                    .map(|(&a, &b)| a as f64 * b as f64)
+                                    .sum::<f64>()
+                                    / 8.0
+                            })
+                            .collect();
+                        let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                        let sum: f64 = e.iter().sum();
+                        for x in 0..64 {
+                            let want: f64 = (0..ks.len)
+                                .map(|j| {
+                                    e[j] / sum * kv[(ks.start + j) * 2 * d + d + h * 64 + x] as f64
+                                })
+                                .sum();
+                            let g = got[(qs.start + i) * d + h * 64 + x] as f64;
+                            assert!(
+                                (g - want).abs() < 2e-5,
+                                "row {r}, query {i}, head {h}: {g} vs {want}"
+                            );
+                        }
                     }
                 }
             }
