@@ -14,7 +14,7 @@ use mlx_rs::{ops, Array};
 use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
 use crate::host_attention::{self, RopeTables};
-use crate::layers::{gelu_erf, LayerNorm, Linear};
+use crate::layers::{gelu_erf, LayerNorm, Linear, Quantized};
 use crate::settings::{Kernels, SlidingAttention};
 use crate::weights::TensorStore;
 
@@ -35,6 +35,22 @@ fn host_geglu(h: &Array, inter: usize) -> Result<Array, Exception> {
         &[rows as i32, inter as i32],
     )
     .as_dtype(io)
+}
+
+/// `x`'s values, evaluated here (`x` must be f32 and contiguous).
+fn host_values<'a>(x: &'a Array, what: &str) -> Result<&'a [f32], Exception> {
+    x.try_as_slice::<f32>()
+        .map_err(|e| Exception::custom(format!("reading {what}: {e}")))
+}
+
+/// The host buffers of `--int8`'s layers, reused from layer to layer and forward to forward:
+/// at 5,500 tokens `Wi`'s output is 115 MB, and a fresh buffer each time costs its page
+/// faults, and a copy into MLX and back out another pass over it.
+#[derive(Debug, Default)]
+struct HostBuffers {
+    qkv: Vec<f32>,
+    attn_out: Vec<f32>,
+    wi_out: Vec<f32>,
 }
 
 /// The tap of a normal forward: looks at nothing.
@@ -76,6 +92,9 @@ pub(crate) struct Encoder {
     /// host math, on per-row (unpadded) attention.
     host_attention: bool,
     rope_tables: RopeTables,
+    /// With `--int8` and host attention, what `Wqkv`, attention, `attn.Wo`, `Wi` and the
+    /// GeGLU pass each other stays on the host, in these.
+    host_buffers: std::sync::Mutex<HostBuffers>,
 }
 
 impl Encoder {
@@ -143,6 +162,7 @@ impl Encoder {
             host_geglu: kernels.host_math,
             host_attention: kernels.host_math && !kernels.padded,
             rope_tables: RopeTables::default(),
+            host_buffers: std::sync::Mutex::default(),
         })
     }
 
@@ -166,6 +186,22 @@ impl Encoder {
                 Some(n) => n.forward(&x)?,
                 None => x.clone(),
             };
+            // With `--int8` and the host math, what passes between the int8 layers,
+            // attention and the GeGLU never becomes an MLX array.
+            let host_int8 = match (layer.wqkv.int8(), layer.wo.int8(), layer.wi.int8()) {
+                (Some(wqkv), Some(wo), Some(wi)) if self.host_attention && self.host_geglu => {
+                    Some((wqkv, wo, wi))
+                }
+                _ => None,
+            };
+            if let Some((wqkv, wo, wi)) = host_int8 {
+                x = x.add(self.host_int8_attention(&a, spans, layer, wqkv, wo)?)?;
+                tap(&format!("layer {l} attention"), &x)?;
+                let g = self.host_int8_geglu(&layer.mlp_norm.forward(&x)?, wi)?;
+                x = x.add(layer.mlp_wo.forward(&g)?)?;
+                tap(&format!("layer {l} mlp"), &x)?;
+                continue;
+            }
             let qkv = layer.wqkv.forward(&a)?;
             let attn = if self.host_attention {
                 self.host_self_attention(&qkv, spans, layer)?
@@ -230,6 +266,48 @@ impl Encoder {
         let out = host_attention::self_attention(values, spans, heads, head_dim, &rope, half);
         let tokens = (out.len() / self.hidden) as i32;
         Array::from_slice(&out, &[tokens, self.hidden as i32]).as_dtype(io)
+    }
+
+    /// `--int8`'s attention half on the host: `Wqkv`, attention and `attn.Wo` pass host
+    /// values to each other; returns `attn.Wo`'s output (`[T, d]`, f32). The same operations
+    /// as the path through MLX arrays, so the same bits.
+    fn host_int8_attention(
+        &self,
+        a: &Array,
+        spans: &[Span],
+        layer: &EncoderLayer,
+        wqkv: &Quantized,
+        wo: &Quantized,
+    ) -> Result<Array, Exception> {
+        let a = a.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
+        let values = host_values(&a, "the attention input")?;
+        let mut buffers = self.host_buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let HostBuffers { qkv, attn_out, .. } = &mut *buffers;
+        let qkv = wqkv.forward_host(values, qkv);
+        let longest = spans.iter().map(|s| s.len).max().unwrap_or(0);
+        let (heads, head_dim) = (self.heads.heads, self.heads.head_dim);
+        let rope = self.rope_tables.get(layer.rope_theta, head_dim, longest);
+        let half = match layer.kind {
+            LayerKind::Global => None,
+            LayerKind::Sliding => Some(self.half_window),
+        };
+        let attn = host_attention::self_attention(qkv, spans, heads, head_dim, &rope, half);
+        let y = wo.forward_host(&attn, attn_out);
+        let tokens = (y.len() / self.hidden) as i32;
+        Ok(Array::from_slice(y, &[tokens, self.hidden as i32]))
+    }
+
+    /// `--int8`'s `Wi` and the GeGLU on the host; returns the GeGLU (`[T, inter]`, f32).
+    fn host_int8_geglu(&self, m: &Array, wi: &Quantized) -> Result<Array, Exception> {
+        let m = m.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
+        let values = host_values(&m, "the feed-forward input")?;
+        let mut buffers = self.host_buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let h = wi.forward_host(values, &mut buffers.wi_out);
+        let rows = h.len() / (2 * self.intermediate);
+        Ok(Array::from_slice(
+            &crate::host::geglu(h, self.intermediate),
+            &[rows as i32, self.intermediate as i32],
+        ))
     }
 
     /// Vocabulary size (token ids must be below it).

@@ -97,6 +97,32 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// The int8 layer, for callers that keep its input and output on the host.
+    pub fn int8(&self) -> Option<&Quantized> {
+        match self {
+            Linear::Int8(q) => Some(q),
+            Linear::Dense(_) => None,
+        }
+    }
+}
+
+impl Quantized {
+    /// `x` (`[rows, in]`, f32 on the host) through the layer into `buf`, which grows as
+    /// needed and is otherwise reused (its pages stay mapped from one call to the next);
+    /// returns the `[rows, out]` values, the same bits as [`Linear::forward`].
+    pub fn forward_host<'b>(&self, x: &[f32], buf: &'b mut Vec<f32>) -> &'b [f32] {
+        let rows = x.len() / self.layer.in_features().max(1);
+        let n = rows * self.layer.out_features();
+        if buf.len() < n {
+            buf.resize(n, 0.0);
+        }
+        let y = &mut buf[..n];
+        self.layer.forward_into(x, self.kernel, self.activations, y);
+        y
+    }
+}
+
 impl Dense {
     fn forward(&self, x: &Array) -> Result<Array, Exception> {
         let mut x = x.as_dtype(self.io)?;
