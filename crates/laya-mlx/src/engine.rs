@@ -128,7 +128,12 @@ impl MlxEngine {
                 "int8 linear layers"
             );
         }
-        let mut store = TensorStore::load(dir, &config, precision.dtype(), in_f32, &stream)?;
+        // The token embeddings are only gathered, and the gathered rows converted to f32
+        // (`Encoder::forward`): converting the whole table first gives the same values and,
+        // in f32 from an f16 file, holds 98 MiB more for ModernBERT-large's 50,368 rows.
+        let as_stored = |name: &str| name == "encoder.embeddings.tok_embeddings.weight";
+        let mut store =
+            TensorStore::load(dir, &config, precision.dtype(), in_f32, as_stored, &stream)?;
         let (encoder, type_emb, head, scorer, act_head) = mlx_rs::with_stream(&stream, || {
             Ok::<_, LoadError>((
                 Encoder::load(&mut store, enc, settings.sliding_attention, kernels)?,

@@ -14,8 +14,9 @@ use mlx_rs::{Array, Dtype, Stream};
 
 use crate::error::LoadError;
 
-/// The checkpoint's tensors by name, converted: f32 for the names `in_f32` accepts,
-/// `dtype` for the rest, evaluated on `stream`'s device.
+/// The checkpoint's tensors by name, converted: f32 for the names `in_f32` accepts, `dtype`
+/// for the rest, except that a name `as_stored` accepts keeps the file's dtype where it would
+/// have become f32 (its user converts what it reads); evaluated on `stream`'s device.
 pub(crate) struct TensorStore {
     arrays: HashMap<String, Array>,
 }
@@ -27,6 +28,7 @@ impl TensorStore {
         cfg: &CheckpointConfig,
         dtype: Dtype,
         in_f32: impl Fn(&str) -> bool,
+        as_stored: impl Fn(&str) -> bool,
         stream: &Stream,
     ) -> Result<Self, LoadError> {
         let checked = CheckpointTensors::open(dir, cfg)?;
@@ -60,6 +62,12 @@ impl TensorStore {
                     Dtype::Float32
                 } else {
                     dtype
+                };
+                // Only in place of f32, to which any later conversion is exact.
+                let target = if target == Dtype::Float32 && as_stored(&spec.name) {
+                    a.dtype()
+                } else {
+                    target
                 };
                 let converted = a
                     .as_dtype(target)
