@@ -253,9 +253,14 @@ impl Encoder {
     ) -> Result<Array, Exception> {
         let io = qkv.dtype();
         let qkv = qkv.as_dtype(mlx_rs::Dtype::Float32)?;
-        let values = qkv
-            .try_as_slice::<f32>()
-            .map_err(|e| Exception::custom(format!("reading the attention input: {e}")))?;
+        let out = self.attend_on_host(host_values(&qkv, "the attention input")?, spans, layer);
+        let tokens = (out.len() / self.hidden) as i32;
+        Array::from_slice(&out, &[tokens, self.hidden as i32]).as_dtype(io)
+    }
+
+    /// One layer's attention, with RoPE and the layer kind's window, from the host values of
+    /// its fused `qkv` (`[T, 3d]`); returns `[T, d]`.
+    fn attend_on_host(&self, qkv: &[f32], spans: &[Span], layer: &EncoderLayer) -> Vec<f32> {
         let longest = spans.iter().map(|s| s.len).max().unwrap_or(0);
         let (heads, head_dim) = (self.heads.heads, self.heads.head_dim);
         let rope = self.rope_tables.get(layer.rope_theta, head_dim, longest);
@@ -263,9 +268,7 @@ impl Encoder {
             LayerKind::Global => None,
             LayerKind::Sliding => Some(self.half_window),
         };
-        let out = host_attention::self_attention(values, spans, heads, head_dim, &rope, half);
-        let tokens = (out.len() / self.hidden) as i32;
-        Array::from_slice(&out, &[tokens, self.hidden as i32]).as_dtype(io)
+        host_attention::self_attention(qkv, spans, heads, head_dim, &rope, half)
     }
 
     /// `--int8`'s attention half on the host: `Wqkv`, attention and `attn.Wo` pass host
@@ -283,15 +286,7 @@ impl Encoder {
         let values = host_values(&a, "the attention input")?;
         let mut buffers = self.host_buffers.lock().unwrap_or_else(|e| e.into_inner());
         let HostBuffers { qkv, attn_out, .. } = &mut *buffers;
-        let qkv = wqkv.forward_host(values, qkv);
-        let longest = spans.iter().map(|s| s.len).max().unwrap_or(0);
-        let (heads, head_dim) = (self.heads.heads, self.heads.head_dim);
-        let rope = self.rope_tables.get(layer.rope_theta, head_dim, longest);
-        let half = match layer.kind {
-            LayerKind::Global => None,
-            LayerKind::Sliding => Some(self.half_window),
-        };
-        let attn = host_attention::self_attention(qkv, spans, heads, head_dim, &rope, half);
+        let attn = self.attend_on_host(wqkv.forward_host(values, qkv), spans, layer);
         let y = wo.forward_host(&attn, attn_out);
         let tokens = (y.len() / self.hidden) as i32;
         Ok(Array::from_slice(y, &[tokens, self.hidden as i32]))

@@ -568,7 +568,7 @@ mod x86 {
                 // A panel (64 KB at k = 1,024) is more than L1 holds, so each row tile reads
                 // it from L2 again; asking a kilobyte ahead gave ~7-10% at 2,048 x 5,248
                 // (a prefetch past the end is harmless, hence `wrapping_add`).
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16 * BLOCK * 4) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16 * BLOCK * 4));
                 *v = _mm512_loadu_si512(p as *const _);
             }
             for (i, row) in acc.iter_mut().enumerate() {
