@@ -14,7 +14,7 @@ use mlx_rs::{ops, Array};
 use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
 use crate::host_attention::{self, RopeTables};
-use crate::layers::{gelu_erf, LayerNorm, Linear, Quantized};
+use crate::layers::{gelu_erf, HostLinear, LayerNorm, Linear};
 use crate::settings::{Kernels, SlidingAttention};
 use crate::weights::TensorStore;
 
@@ -43,7 +43,7 @@ fn host_values<'a>(x: &'a Array, what: &str) -> Result<&'a [f32], Exception> {
         .map_err(|e| Exception::custom(format!("reading {what}: {e}")))
 }
 
-/// The host buffers of `--int8`'s layers, reused from layer to layer and forward to forward:
+/// The host buffers of the host layers, reused from layer to layer and forward to forward:
 /// at 5,500 tokens `Wi`'s output is 115 MB, and a fresh buffer each time costs its page
 /// faults, and a copy into MLX and back out another pass over it.
 #[derive(Debug, Default)]
@@ -51,6 +51,8 @@ struct HostBuffers {
     qkv: Vec<f32>,
     attn_out: Vec<f32>,
     wi_out: Vec<f32>,
+    geglu: Vec<f32>,
+    mlp_out: Vec<f32>,
 }
 
 /// The tap of a normal forward: looks at nothing.
@@ -92,8 +94,8 @@ pub(crate) struct Encoder {
     /// host math, on per-row (unpadded) attention.
     host_attention: bool,
     rope_tables: RopeTables,
-    /// With `--int8` and host attention, what `Wqkv`, attention, `attn.Wo`, `Wi` and the
-    /// GeGLU pass each other stays on the host, in these.
+    /// With host linear layers and host attention, what `Wqkv`, attention, `attn.Wo`, `Wi`,
+    /// the GeGLU and `mlp.Wo` pass each other stays on the host, in these.
     host_buffers: std::sync::Mutex<HostBuffers>,
 }
 
@@ -117,12 +119,10 @@ impl Encoder {
         let linear =
             |store: &mut TensorStore, name: &str, int8: bool| -> Result<Linear, LoadError> {
                 let w = store.take(name)?;
-                Linear::maybe_int8(&w, None, kernels.upcast, kernels.int8.filter(|_| int8)).map_err(
-                    |source| LoadError::Mlx {
-                        context: format!("preparing {name}"),
-                        source,
-                    },
-                )
+                Linear::for_model(&w, None, kernels, int8).map_err(|source| LoadError::Mlx {
+                    context: format!("preparing {name}"),
+                    source,
+                })
             };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for (l, &kind) in cfg.layer_kinds.iter().enumerate() {
@@ -186,19 +186,19 @@ impl Encoder {
                 Some(n) => n.forward(&x)?,
                 None => x.clone(),
             };
-            // With `--int8` and the host math, what passes between the int8 layers,
-            // attention and the GeGLU never becomes an MLX array.
-            let host_int8 = match (layer.wqkv.int8(), layer.wo.int8(), layer.wi.int8()) {
+            // With host linear layers and the host math, what passes between the linear
+            // layers, attention and the GeGLU never becomes an MLX array.
+            let host = match (layer.wqkv.host(), layer.wo.host(), layer.wi.host()) {
                 (Some(wqkv), Some(wo), Some(wi)) if self.host_attention && self.host_geglu => {
                     Some((wqkv, wo, wi))
                 }
                 _ => None,
             };
-            if let Some((wqkv, wo, wi)) = host_int8 {
-                x = x.add(self.host_int8_attention(&a, spans, layer, wqkv, wo)?)?;
+            if let Some((wqkv, wo, wi)) = host {
+                x = x.add(self.attention_on_host(&a, spans, layer, wqkv, wo)?)?;
                 tap(&format!("layer {l} attention"), &x)?;
-                let g = self.host_int8_geglu(&layer.mlp_norm.forward(&x)?, wi)?;
-                x = x.add(layer.mlp_wo.forward(&g)?)?;
+                let m = layer.mlp_norm.forward(&x)?;
+                x = x.add(self.feed_forward_on_host(&m, wi, &layer.mlp_wo)?)?;
                 tap(&format!("layer {l} mlp"), &x)?;
                 continue;
             }
@@ -271,16 +271,16 @@ impl Encoder {
         host_attention::self_attention(qkv, spans, heads, head_dim, &rope, half)
     }
 
-    /// `--int8`'s attention half on the host: `Wqkv`, attention and `attn.Wo` pass host
-    /// values to each other; returns `attn.Wo`'s output (`[T, d]`, f32). The same operations
-    /// as the path through MLX arrays, so the same bits.
-    fn host_int8_attention(
+    /// The attention half on the host: `Wqkv`, attention and `attn.Wo` pass host values to
+    /// each other; returns `attn.Wo`'s output (`[T, d]`, f32). The same operations as the
+    /// path through MLX arrays, so the same bits.
+    fn attention_on_host(
         &self,
         a: &Array,
         spans: &[Span],
         layer: &EncoderLayer,
-        wqkv: &Quantized,
-        wo: &Quantized,
+        wqkv: &HostLinear,
+        wo: &HostLinear,
     ) -> Result<Array, Exception> {
         let a = a.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
         let values = host_values(&a, "the attention input")?;
@@ -292,17 +292,36 @@ impl Encoder {
         Ok(Array::from_slice(y, &[tokens, self.hidden as i32]))
     }
 
-    /// `--int8`'s `Wi` and the GeGLU on the host; returns the GeGLU (`[T, inter]`, f32).
-    fn host_int8_geglu(&self, m: &Array, wi: &Quantized) -> Result<Array, Exception> {
+    /// The feed-forward half on the host: `Wi`, the GeGLU and (when it is a host layer)
+    /// `mlp_wo` pass host values to each other; returns `mlp_wo`'s output (`[T, d]`).
+    fn feed_forward_on_host(
+        &self,
+        m: &Array,
+        wi: &HostLinear,
+        mlp_wo: &Linear,
+    ) -> Result<Array, Exception> {
         let m = m.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
         let values = host_values(&m, "the feed-forward input")?;
         let mut buffers = self.host_buffers.lock().unwrap_or_else(|e| e.into_inner());
-        let h = wi.forward_host(values, &mut buffers.wi_out);
+        let HostBuffers {
+            wi_out,
+            geglu,
+            mlp_out,
+            ..
+        } = &mut *buffers;
+        let h = wi.forward_host(values, wi_out);
         let rows = h.len() / (2 * self.intermediate);
-        Ok(Array::from_slice(
-            &crate::host::geglu(h, self.intermediate),
-            &[rows as i32, self.intermediate as i32],
-        ))
+        crate::host::geglu_into(h, self.intermediate, geglu);
+        match mlp_wo.host() {
+            Some(mlp_wo) => {
+                let y = mlp_wo.forward_host(geglu, mlp_out);
+                Ok(Array::from_slice(y, &[rows as i32, self.hidden as i32]))
+            }
+            None => mlp_wo.forward(&Array::from_slice(
+                geglu,
+                &[rows as i32, self.intermediate as i32],
+            )),
+        }
     }
 
     /// Vocabulary size (token ids must be below it).

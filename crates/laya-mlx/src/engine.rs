@@ -109,12 +109,30 @@ impl MlxEngine {
                     )
                 })
         };
+        let host_gemm = match settings.host_gemm {
+            Some(false) => None,
+            asked => {
+                let kernel = crate::f32_linear::Kernel::detect()
+                    .filter(|_| !on_gpu && precision == Precision::F32);
+                if kernel.is_none() && asked == Some(true) {
+                    return Err(LoadError::Unsupported(
+                        "host GEMMs run on the CPU in f32, on a CPU with AVX2 and FMA or AVX-512"
+                            .into(),
+                    ));
+                }
+                kernel
+            }
+        };
+        if let Some(kernel) = host_gemm {
+            tracing::debug!(kernel = kernel.name(), "f32 linear layers on the host");
+        }
         let kernels = Kernels {
             padded: settings.padded_attention.unwrap_or(on_gpu),
             contiguous_heads: settings.contiguous_heads.unwrap_or(on_gpu),
             host_math: settings.host_math.unwrap_or(!on_gpu),
             upcast: !on_gpu && precision == Precision::F16,
             int8: settings.int8,
+            host_gemm,
         };
         if let Some(int8) = settings.int8 {
             if on_gpu || precision != Precision::F32 {

@@ -9,7 +9,6 @@ use mlx_rs::{ops, Array};
 use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
 use crate::host_attention;
-use crate::int8::Int8;
 use crate::layers::{gelu_erf, LayerNorm, Linear};
 use crate::settings::Kernels;
 use crate::weights::{head_heads, TensorStore};
@@ -24,20 +23,23 @@ fn mlx(name: &str) -> impl FnOnce(Exception) -> LoadError + '_ {
     }
 }
 
-fn linear(store: &mut TensorStore, prefix: &str, upcast: bool) -> Result<Linear, LoadError> {
-    linear_int8(store, prefix, upcast, None)
+/// A linear layer of the scorer (small, on MLX).
+fn linear(store: &mut TensorStore, prefix: &str) -> Result<Linear, LoadError> {
+    let w = store.take(&format!("{prefix}.weight"))?;
+    let b = store.take(&format!("{prefix}.bias"))?;
+    Linear::new(&w, Some(b), false).map_err(mlx(prefix))
 }
 
-/// [`linear`], with int8 weights when `int8` names a kernel.
-fn linear_int8(
+/// A linear layer of the decision head ([`Linear::for_model`]).
+fn head_linear(
     store: &mut TensorStore,
     prefix: &str,
-    upcast: bool,
-    int8: Option<Int8>,
+    kernels: Kernels,
+    int8: bool,
 ) -> Result<Linear, LoadError> {
     let w = store.take(&format!("{prefix}.weight"))?;
     let b = store.take(&format!("{prefix}.bias"))?;
-    Linear::maybe_int8(&w, Some(b), upcast, int8).map_err(mlx(prefix))
+    Linear::for_model(&w, Some(b), kernels, int8).map_err(mlx(prefix))
 }
 
 fn layer_norm(store: &mut TensorStore, prefix: &str) -> Result<LayerNorm, LoadError> {
@@ -104,8 +106,6 @@ impl DecisionHead {
         n_layers: usize,
         kernels: Kernels,
     ) -> Result<Self, LoadError> {
-        let up = kernels.upcast;
-        let int8 = kernels.int8;
         let nhead = head_heads(hidden);
         if hidden.checked_rem(nhead) != Some(0) {
             return Err(LoadError::Unsupported(format!(
@@ -127,13 +127,13 @@ impl DecisionHead {
                 .map_err(|_| LoadError::Unsupported(format!("cannot split {w_name}")))?;
             layers.push(HeadLayer {
                 norm1: layer_norm(store, &format!("{p}.norm1"))?,
-                q_proj: Linear::maybe_int8(&wq, Some(bq), up, int8).map_err(mlx(&w_name))?,
-                kv_proj: Linear::maybe_int8(&wkv, Some(bkv), up, int8).map_err(mlx(&w_name))?,
-                out_proj: linear_int8(store, &format!("{p}.self_attn.out_proj"), up, int8)?,
+                q_proj: Linear::for_model(&wq, Some(bq), kernels, true).map_err(mlx(&w_name))?,
+                kv_proj: Linear::for_model(&wkv, Some(bkv), kernels, true).map_err(mlx(&w_name))?,
+                out_proj: head_linear(store, &format!("{p}.self_attn.out_proj"), kernels, true)?,
                 norm2: layer_norm(store, &format!("{p}.norm2"))?,
-                linear1: linear_int8(store, &format!("{p}.linear1"), up, int8)?,
+                linear1: head_linear(store, &format!("{p}.linear1"), kernels, true)?,
                 // The feed-forward output stays f32 (see `EngineSettings::int8`).
-                linear2: linear(store, &format!("{p}.linear2"), up)?,
+                linear2: head_linear(store, &format!("{p}.linear2"), kernels, false)?,
             });
         }
         Ok(DecisionHead {
@@ -143,7 +143,7 @@ impl DecisionHead {
                 head_dim: hidden / nhead,
                 contiguous: kernels.contiguous_heads,
                 host_softmax: kernels.host_math,
-                upcast: up,
+                upcast: kernels.upcast,
             },
             hidden,
             padded: kernels.padded,
@@ -243,8 +243,8 @@ impl Scorer {
     pub fn load(store: &mut TensorStore) -> Result<Self, LoadError> {
         Ok(Scorer {
             norm: layer_norm(store, "scorer.0")?,
-            l1: linear(store, "scorer.1", false)?,
-            l3: linear(store, "scorer.3", false)?,
+            l1: linear(store, "scorer.1")?,
+            l3: linear(store, "scorer.3")?,
         })
     }
 

@@ -14,8 +14,15 @@
 /// `GELU(a) · b` for each row of `h`, whose rows are `[a (inter values) | b (inter values)]`
 /// (ModernBERT's GeGLU on the output of `Wi`). Returns `rows × inter` values.
 pub(crate) fn geglu(h: &[f32], inter: usize) -> Vec<f32> {
+    let mut out = Vec::new();
+    geglu_into(h, inter, &mut out);
+    out
+}
+
+/// [`geglu`] into `out`, resized to the result (its memory reused from call to call).
+pub(crate) fn geglu_into(h: &[f32], inter: usize, out: &mut Vec<f32>) {
     let rows = h.len() / (2 * inter);
-    let mut out = vec![0f32; rows * inter];
+    out.resize(rows * inter, 0.0);
     let per = rows.div_ceil(threads_for(rows, rows * inter)).max(1);
     std::thread::scope(|scope| {
         for (src, dst) in h.chunks(per * 2 * inter).zip(out.chunks_mut(per * inter)) {
@@ -27,7 +34,6 @@ pub(crate) fn geglu(h: &[f32], inter: usize) -> Vec<f32> {
             });
         }
     });
-    out
 }
 
 /// Softmax of each `keys`-long row of `scores` (all rows, row-major), over the keys whose

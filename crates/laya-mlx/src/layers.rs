@@ -1,15 +1,29 @@
 //! The small building blocks shared by the encoder and the decision head: a linear layer
-//! (on MLX, or in int8 on the host), LayerNorm with and without bias, and exact-erf GELU.
+//! (on MLX, or on the host in f32 or int8), LayerNorm with and without bias, and exact-erf
+//! GELU.
 
 use mlx_rs::error::Exception;
 use mlx_rs::{fast, ops, Array, Dtype};
 
-use crate::int8::{Activations, Int8, Int8Linear, Kernel};
+use crate::f32_linear::{self, F32Linear};
+use crate::int8::{Activations, Int8Linear, Kernel};
+use crate::settings::Kernels;
 
-/// `torch.nn.Linear`: `y = x · Wᵀ (+ b)`, on MLX or, with `--int8`, on the host in int8.
+/// `torch.nn.Linear`: `y = x · Wᵀ (+ b)`, on MLX or on the host ([`HostLinear`]).
 #[derive(Debug)]
 pub(crate) enum Linear {
     Dense(Dense),
+    Host(HostLinear),
+}
+
+/// A linear layer the host computes: in f32 on packed weights ([`crate::f32_linear`]), or
+/// with `--int8` in int8 ([`crate::int8`]).
+#[derive(Debug)]
+pub(crate) enum HostLinear {
+    F32 {
+        layer: F32Linear,
+        kernel: f32_linear::Kernel,
+    },
     Int8(Quantized),
 }
 
@@ -54,71 +68,95 @@ impl Linear {
         Ok(Linear::Dense(Dense { wt, bias, io }))
     }
 
-    /// With `int8`, the layer quantized per output channel, run on the host;
-    /// otherwise [`Linear::new`].
-    pub fn maybe_int8(
+    /// A linear layer of the encoder or the decision head, as `kernels` say: in int8 on the
+    /// host when `int8` allows it and `--int8` is on, in f32 on the host when the weights
+    /// are f32 and the host has an f32 kernel ([`Kernels::host_gemm`]), otherwise
+    /// [`Linear::new`].
+    pub fn for_model(
         weight: &Array,
         bias: Option<Array>,
-        upcast: bool,
-        int8: Option<Int8>,
+        kernels: Kernels,
+        int8: bool,
     ) -> Result<Self, Exception> {
-        let Some(int8) = int8 else {
-            return Linear::new(weight, bias, upcast);
-        };
         let shape = weight.shape();
         let [out, k] = [shape[0] as usize, shape[1] as usize];
-        let w = host_values(weight)?;
-        let bias = bias.map(|b| host_values(&b)).transpose()?;
-        Ok(Linear::Int8(Quantized {
-            layer: Int8Linear::new(&w, out, k, bias),
-            kernel: int8.kernel,
-            activations: int8.activations,
-        }))
+        if let Some(int8) = kernels.int8.filter(|_| int8) {
+            let w = host_values(weight)?;
+            let bias = bias.map(|b| host_values(&b)).transpose()?;
+            return Ok(Linear::Host(HostLinear::Int8(Quantized {
+                layer: Int8Linear::new(&w, out, k, bias),
+                kernel: int8.kernel,
+                activations: int8.activations,
+            })));
+        }
+        match kernels.host_gemm {
+            Some(kernel) if weight.dtype() == Dtype::Float32 => {
+                let w = host_values(weight)?;
+                let bias = bias.map(|b| host_values(&b)).transpose()?;
+                Ok(Linear::Host(HostLinear::F32 {
+                    layer: F32Linear::new(&w, out, k, bias),
+                    kernel,
+                }))
+            }
+            _ => Linear::new(weight, bias, kernels.upcast),
+        }
     }
 
     /// `x` is `[n, in]`; the result is `[n, out]`, in the layer's dtype (an f32 input meets
-    /// f16 weights as f16, like a linear layer under autocast; int8 layers give f32).
+    /// f16 weights as f16, like a linear layer under autocast; host layers give f32).
     pub fn forward(&self, x: &Array) -> Result<Array, Exception> {
         match self {
             Linear::Dense(d) => d.forward(x),
-            Linear::Int8(q) => {
+            Linear::Host(h) => {
                 let x = x.as_dtype(Dtype::Float32)?.contiguous()?;
                 let values = x.try_as_slice::<f32>().map_err(|e| {
                     Exception::custom(format!("reading a linear layer's input: {e}"))
                 })?;
-                let y = q.layer.forward(values, q.kernel, q.activations);
-                let rows = (y.len() / q.layer.out_features().max(1)) as i32;
+                let mut y = Vec::new();
+                let rows = h.forward_host(values, &mut y).len() / h.out_features().max(1);
                 Ok(Array::from_slice(
                     &y,
-                    &[rows, q.layer.out_features() as i32],
+                    &[rows as i32, h.out_features() as i32],
                 ))
             }
         }
     }
-}
 
-impl Linear {
-    /// The int8 layer, for callers that keep its input and output on the host.
-    pub fn int8(&self) -> Option<&Quantized> {
+    /// The host layer, for callers that keep its input and output on the host.
+    pub fn host(&self) -> Option<&HostLinear> {
         match self {
-            Linear::Int8(q) => Some(q),
+            Linear::Host(h) => Some(h),
             Linear::Dense(_) => None,
         }
     }
 }
 
-impl Quantized {
+impl HostLinear {
+    /// Output channels.
+    pub fn out_features(&self) -> usize {
+        match self {
+            HostLinear::F32 { layer, .. } => layer.out_features(),
+            HostLinear::Int8(q) => q.layer.out_features(),
+        }
+    }
+
     /// `x` (`[rows, in]`, f32 on the host) through the layer into `buf`, which grows as
     /// needed and is otherwise reused (its pages stay mapped from one call to the next);
     /// returns the `[rows, out]` values, the same bits as [`Linear::forward`].
     pub fn forward_host<'b>(&self, x: &[f32], buf: &'b mut Vec<f32>) -> &'b [f32] {
-        let rows = x.len() / self.layer.in_features().max(1);
-        let n = rows * self.layer.out_features();
+        let (k, out) = match self {
+            HostLinear::F32 { layer, .. } => (layer.in_features(), layer.out_features()),
+            HostLinear::Int8(q) => (q.layer.in_features(), q.layer.out_features()),
+        };
+        let n = x.len() / k.max(1) * out;
         if buf.len() < n {
             buf.resize(n, 0.0);
         }
         let y = &mut buf[..n];
-        self.layer.forward_into(x, self.kernel, self.activations, y);
+        match self {
+            HostLinear::F32 { layer, kernel } => layer.forward_into(x, *kernel, y),
+            HostLinear::Int8(q) => q.layer.forward_into(x, q.kernel, q.activations, y),
+        }
         y
     }
 }

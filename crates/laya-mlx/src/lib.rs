@@ -31,6 +31,7 @@ pub mod backend;
 mod encoder;
 mod engine;
 mod error;
+pub mod f32_linear;
 mod head;
 mod host;
 mod host_attention;

@@ -97,6 +97,11 @@ pub struct EngineSettings {
     /// projections (the encoder's `mlp.Wo`, the head's `linear2`) stay f32: their inputs
     /// carry the activation outliers that per-row int8 rounds worst. CPU and f32 only.
     pub int8: Option<crate::int8::Int8>,
+    /// The f32 linear layers of the encoder and the decision head on the host, on weights
+    /// packed at load ([`crate::f32_linear`]), instead of MLX's GEMM (OpenBLAS on Linux).
+    /// `None` does so on the CPU in f32 when the CPU has an f32 kernel
+    /// ([`crate::f32_linear::Kernel::detect`]); `Some(true)` without one is an error.
+    pub host_gemm: Option<bool>,
 }
 
 /// How the forward's kernels run, resolved from [`EngineSettings`] and the device when the
@@ -114,4 +119,6 @@ pub(crate) struct Kernels {
     pub upcast: bool,
     /// [`EngineSettings::int8`].
     pub int8: Option<crate::int8::Int8>,
+    /// [`EngineSettings::host_gemm`], resolved to the kernel that runs.
+    pub host_gemm: Option<crate::f32_linear::Kernel>,
 }

@@ -3,6 +3,7 @@
 
 mod answers;
 mod common;
+mod f32_linear;
 mod int8;
 mod load;
 mod mlx_smoke;

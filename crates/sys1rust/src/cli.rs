@@ -169,6 +169,11 @@ pub struct EngineArgs {
     /// answers, slower).
     #[arg(long, value_enum, default_value_t = Int8Activations::Int8, env = "SYS1_INT8_ACTIVATIONS", requires = "int8")]
     pub int8_activations: Int8Activations,
+    /// MLX engine on the CPU in f32: the linear layers on sys1rust's own GEMM kernels, on
+    /// weights packed at load (true, the default where the CPU has AVX2 and FMA), or on
+    /// MLX's (false; for comparison).
+    #[arg(long, env = "SYS1_HOST_GEMM", hide = true)]
+    pub host_gemm: Option<bool>,
     /// Device that runs the forward pass.
     #[arg(long, value_enum, default_value_t = Device::Auto, env = "SYS1_DEVICE")]
     pub device: Device,

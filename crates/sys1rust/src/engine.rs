@@ -43,6 +43,7 @@ impl EngineArgs {
                     Int8Activations::Split => laya_mlx::int8::Activations::Split,
                 })
             }),
+            host_gemm: self.host_gemm,
             ..EngineSettings::default()
         }
     }
