@@ -63,6 +63,18 @@ fn fix_mmap_threshold() -> Option<usize> {
     None
 }
 
+/// Returns the heap's free pages to the system (glibc's `malloc_trim`): after a checkpoint
+/// load, which frees the file's copy of every tensor it converts or packs. Those copies are
+/// below [`MMAP_THRESHOLD`], so they come from the heap, which keeps freed memory between
+/// blocks still in use.
+pub(crate) fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns unused pages; it does not touch live blocks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Points MLX's on-disk cache of compiled GPU kernels (`MLX_PTX_CACHE_DIR`) at `dir`. MLX
 /// reads it at its first run-time compilation; like [`configure_process`], call it before any
 /// other thread exists.

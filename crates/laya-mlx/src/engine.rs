@@ -149,7 +149,14 @@ impl MlxEngine {
         // The token embeddings are only gathered, and the gathered rows converted to f32
         // (`Encoder::forward`): converting the whole table first gives the same values and,
         // in f32 from an f16 file, holds 98 MiB more for ModernBERT-large's 50,368 rows.
-        let as_stored = |name: &str| name == "encoder.embeddings.tok_embeddings.weight";
+        //
+        // Likewise the weights of the linear layers the host computes: they are packed into
+        // the host's own f32 (or int8) copy as they are read, so an f32 copy in MLX first
+        // would only raise the peak (to 2.5 GiB for ModernBERT-large).
+        let as_stored = |name: &str| {
+            name == "encoder.embeddings.tok_embeddings.weight"
+                || (host_gemm.is_some() && host_linear_weight(name))
+        };
         let mut store =
             TensorStore::load(dir, &config, precision.dtype(), in_f32, as_stored, &stream)?;
         let (encoder, type_emb, head, scorer, act_head) = mlx_rs::with_stream(&stream, || {
@@ -166,6 +173,8 @@ impl MlxEngine {
                 ActHead::load(&mut store)?,
             ))
         })?;
+        drop(store);
+        crate::backend::release_free_memory();
         tracing::info!(
             dir = %dir.display(),
             device = %device,
@@ -386,4 +395,28 @@ impl Forward for MlxEngine {
         }
         Ok(())
     }
+}
+
+/// Whether `name` is the weight of a linear layer of the encoder or the decision head (the
+/// layers [`crate::layers::Linear::for_model`] builds).
+fn host_linear_weight(name: &str) -> bool {
+    let encoder = name.starts_with("encoder.layers.")
+        && [
+            ".attn.Wqkv.weight",
+            ".attn.Wo.weight",
+            ".mlp.Wi.weight",
+            ".mlp.Wo.weight",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s));
+    let head = name.starts_with("head.layers.")
+        && [
+            ".self_attn.in_proj_weight",
+            ".self_attn.out_proj.weight",
+            ".linear1.weight",
+            ".linear2.weight",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s));
+    encoder || head
 }

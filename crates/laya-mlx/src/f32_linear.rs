@@ -87,8 +87,14 @@ pub struct F32Linear {
 }
 
 impl F32Linear {
-    /// Packs the row-major `[out, k]` weight `w` (and keeps the `[out]` bias).
-    pub fn new(w: &[f32], out: usize, k: usize, bias: Option<Vec<f32>>) -> F32Linear {
+    /// Packs the row-major `[out, k]` weight `w`, in f32 or any type that converts to it
+    /// exactly (the checkpoint's f16, read in place), and keeps the `[out]` bias.
+    pub fn new<T: Copy + Into<f32>>(
+        w: &[T],
+        out: usize,
+        k: usize,
+        bias: Option<Vec<f32>>,
+    ) -> F32Linear {
         assert_eq!(w.len(), out * k, "weight is not [out, k]");
         if let Some(b) = &bias {
             assert_eq!(b.len(), out, "bias is not [out]");
@@ -98,7 +104,7 @@ impl F32Linear {
         for (n, row) in w.chunks_exact(k.max(1)).enumerate().take(out) {
             let (b, c) = (n / BLOCK, n % BLOCK);
             for (line, &v) in packed[b * k..(b + 1) * k].iter_mut().zip(row) {
-                line.0[c] = v;
+                line.0[c] = v.into();
             }
         }
         F32Linear {

@@ -69,9 +69,8 @@ impl Linear {
     }
 
     /// A linear layer of the encoder or the decision head, as `kernels` say: in int8 on the
-    /// host when `int8` allows it and `--int8` is on, in f32 on the host when the weights
-    /// are f32 and the host has an f32 kernel ([`Kernels::host_gemm`]), otherwise
-    /// [`Linear::new`].
+    /// host when `int8` allows it and `--int8` is on, in f32 on the host when the host has
+    /// an f32 kernel ([`Kernels::host_gemm`]), otherwise [`Linear::new`].
     pub fn for_model(
         weight: &Array,
         bias: Option<Array>,
@@ -90,15 +89,24 @@ impl Linear {
             })));
         }
         match kernels.host_gemm {
-            Some(kernel) if weight.dtype() == Dtype::Float32 => {
-                let w = host_values(weight)?;
+            // Set only in f32; the weight may still be in the file's dtype (its values are
+            // read into f32 here).
+            Some(kernel) => {
                 let bias = bias.map(|b| host_values(&b)).transpose()?;
-                Ok(Linear::Host(HostLinear::F32 {
-                    layer: F32Linear::new(&w, out, k, bias),
-                    kernel,
-                }))
+                let layer = if weight.dtype() == Dtype::Float16 {
+                    // Packed from the file's values in place: an f32 copy first would be
+                    // fresh memory, page faults and all, for every weight of the checkpoint.
+                    let w = weight.contiguous()?;
+                    let values = w.try_as_slice::<half::f16>().map_err(|e| {
+                        Exception::custom(format!("reading a linear layer's values: {e}"))
+                    })?;
+                    F32Linear::new(values, out, k, bias)
+                } else {
+                    F32Linear::new(&host_values(weight)?, out, k, bias)
+                };
+                Ok(Linear::Host(HostLinear::F32 { layer, kernel }))
             }
-            _ => Linear::new(weight, bias, kernels.upcast),
+            None => Linear::new(weight, bias, kernels.upcast),
         }
     }
 
