@@ -23,7 +23,8 @@
 #               served loads of `served`
 #   profile     the worker's batch sizes and times under the s32_q1 and s512_q10 loads
 #   variants    `engine` and the served load with the GEMM algorithms picked at each of
-#               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS)
+#               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS; `T/L` also sets the long
+#               passes' count, SYS1_CUDA_GEMM_LARGE_TOKENS, 0 for none)
 #   router      GPU memory with three `large` resident, the latency of a reload after eviction
 #   upstream    upstream laya 0.4.15 in-process: cpu-f32 answers (the parity reference),
 #               cuda-stock, then cuda-compile within what is left of CALL_LIMIT
@@ -239,15 +240,24 @@ phase_profile() {
 # in-process sizes and the served load under each of GEMM_VARIANTS.
 GEMM_VARIANTS=${GEMM_VARIANTS:-"128 2048 8192"}
 phase_variants() {
-  local t
-  for t in $GEMM_VARIANTS; do
-    say "GEMM algorithms picked at $t tokens"
-    SYS1_CUDA_GEMM_TOKENS=$t timeout -k 5 200 "$SYS1" bench --model "$CKPT" --engine cuda --workload "$SMOKE" \
-      --shapes "$SHAPES" --runs "$RUNS" --warmup "$WARMUP" > "$RES/sys1rust-cuda-inproc-g$t.json" \
-      2> "$RES/sys1rust-cuda-inproc-g$t.log"
+  local v t l name
+  for v in $GEMM_VARIANTS; do
+    # `T` or `T/L`: GEMM algorithms picked at T tokens, and at L (comma-separated; 0: none)
+    # for long passes (without /L, the binary's default).
+    t=${v%%/*} l=
+    [ "$v" != "$t" ] && l=${v#*/}
+    name="g$t${l:+-l${l//,/+}}"
+    say "GEMM algorithms picked at $t tokens, long passes at ${l:-the default}"
+    env SYS1_CUDA_GEMM_TOKENS="$t" ${l:+SYS1_CUDA_GEMM_LARGE_TOKENS=$l} timeout -k 5 200 "$SYS1" bench --model "$CKPT" \
+      --engine cuda --workload "$SMOKE" --shapes "$SHAPES" --runs "$RUNS" --warmup "$WARMUP" \
+      > "$RES/sys1rust-cuda-inproc-$name.json" 2> "$RES/sys1rust-cuda-inproc-$name.log"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%s:%.2f" % (s["shape"], s["median_ms"]) for s in d["shapes"]))' \
-      "$RES/sys1rust-cuda-inproc-g$t.json" >&2
-    SYS1_CUDA_GEMM_TOKENS=$t load_runs "g$t"
+      "$RES/sys1rust-cuda-inproc-$name.json" >&2
+    (
+      export SYS1_CUDA_GEMM_TOKENS=$t
+      if [ -n "$l" ]; then export SYS1_CUDA_GEMM_LARGE_TOKENS=$l; fi
+      load_runs "$name"
+    )
     pack
   done
 }

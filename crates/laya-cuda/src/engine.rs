@@ -52,6 +52,10 @@ pub struct CudaSettings {
     /// The pass size (tokens) whose GEMM kernels every pass uses: one algorithm per layer for
     /// every token count keeps each row's answer independent of its batch mates.
     pub gemm_tokens: usize,
+    /// Pass sizes (tokens, ascending) whose GEMM kernels passes of at least half as many
+    /// tokens use, for each layer where they were seen to give the bits of the `gemm_tokens`
+    /// kernels (`gemm.rs`); empty: the `gemm_tokens` kernels for every pass.
+    pub gemm_long_tokens: Vec<usize>,
 }
 
 impl Default for CudaSettings {
@@ -64,6 +68,7 @@ impl Default for CudaSettings {
             max_pass_tokens: 16_384,
             tune_gemms: false,
             gemm_tokens: 512,
+            gemm_long_tokens: vec![2048],
         }
     }
 }
@@ -258,6 +263,7 @@ impl CudaEngine {
         let mut blas = Blas::new()?;
         blas.tune = settings.tune_gemms;
         blas.reference_tokens = settings.gemm_tokens.max(1);
+        blas.long_tokens = settings.gemm_long_tokens.clone();
         tracing::info!(
             dir = %dir.display(),
             gpu = %gpu.name,
@@ -1067,6 +1073,13 @@ impl Forward for CudaEngine {
             self.prepare(bucket)
                 .map_err(|e| EngineError::backend("cuda", e))?;
         }
+        let (families, long_pass) = self.blas.families();
+        tracing::info!(
+            families,
+            long_pass,
+            batch_invariant = self.blas.batch_invariant(),
+            "GEMM algorithms chosen (long_pass: algorithms for long passes that give the short passes' bits)"
+        );
         Ok(())
     }
 

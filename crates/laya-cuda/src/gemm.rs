@@ -14,6 +14,14 @@
 //! at [`Blas::reference_tokens`] that computes the same bits for a block of rows alone, at the
 //! start of passes of several token counts and at the end of the largest (checked on the GPU
 //! when the layer is first planned).
+//!
+//! That pick suits short passes, and costs long ones (its tiles are small for them). So a
+//! family may take more algorithms, one for each of [`Blas::long_tokens`], used for passes
+//! of at least half that many tokens: the heuristic's pick there, kept only if it gives, in
+//! passes of those sizes, the very bits the first algorithm gives the same rows alone.
+//! Kernels without split-K that use the same tensor-core instruction add up each output over
+//! `k` in the same order whatever their tile sizes, so they can agree bit for bit; the check
+//! decides.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -109,6 +117,9 @@ struct Family {
 #[derive(Clone, Copy)]
 struct Choice {
     algo: sys::cublasLtMatmulAlgo_t,
+    /// `(from, algorithm)`, `from` ascending: for passes of at least `from` tokens, an
+    /// algorithm seen to give `algo`'s bits there ([`Blas::long_tokens`]).
+    long: [Option<(usize, sys::cublasLtMatmulAlgo_t)>; LONG_TIERS],
     invariant: bool,
 }
 
@@ -116,8 +127,8 @@ struct Choice {
 /// the start of every one of [`PROBE_COUNTS`] rows, and the last block of the largest count the
 /// bits it gives alone. Counts of one, a few and many tiles, in both directions.
 const PROBE_SMALL: usize = 64;
-const PROBE_COUNTS: [usize; 4] = [192, 640, 1984, PROBE_LARGE];
-const PROBE_LARGE: usize = 4160;
+const PROBE_COUNTS: [usize; 5] = [192, 640, 1984, 4160, PROBE_LARGE];
+const PROBE_LARGE: usize = 8256;
 
 struct Plan {
     desc: sys::cublasLtMatmulDesc_t,
@@ -141,6 +152,10 @@ impl Drop for Plan {
 
 /// Heuristic candidates considered per family.
 const CANDIDATES: usize = 16;
+/// Of those, the ones tried as a family's algorithm for long passes.
+const LONG_CANDIDATES: usize = 4;
+/// At most this many of [`Blas::long_tokens`] are used.
+pub const LONG_TIERS: usize = 4;
 
 /// A cuBLASLt handle, its workspace and the plans made so far.
 pub struct Blas {
@@ -153,6 +168,10 @@ pub struct Blas {
     /// The token count the heuristic is asked about when a family's algorithm is chosen: the
     /// pass size whose kernels every pass then uses.
     pub reference_tokens: usize,
+    /// Token counts, ascending, the heuristic is asked about for a family's algorithms for
+    /// long passes: each is used for passes of at least half as many tokens, when it gives
+    /// the first algorithm's bits. Empty: one algorithm for every pass.
+    pub long_tokens: Vec<usize>,
     /// Set while a CUDA graph is being captured: nothing may run or synchronise then, so a
     /// family first planned during capture takes the heuristic's pick unverified.
     pub capturing: bool,
@@ -193,8 +212,37 @@ impl Blas {
             families: HashMap::new(),
             tune: false,
             reference_tokens: 512,
+            long_tokens: vec![2048],
             capturing: false,
         })
+    }
+
+    /// `(from, tokens)` of each tier of [`Blas::long_tokens`]: the smallest pass that takes
+    /// the algorithm picked at `tokens`.
+    fn long_tiers(&self) -> Vec<(usize, usize)> {
+        let mut tiers = Vec::new();
+        let mut floor = self.reference_tokens + 1;
+        let mut tokens = self.long_tokens.clone();
+        tokens.sort_unstable();
+        tokens.dedup();
+        for t in tokens {
+            let from = (t / 2).max(floor);
+            if t > self.reference_tokens && tiers.len() < LONG_TIERS {
+                tiers.push((from, t));
+                floor = from + 1;
+            }
+        }
+        tiers
+    }
+
+    /// Families planned so far, and the algorithms for long passes they took, all told.
+    pub fn families(&self) -> (usize, usize) {
+        let long = self
+            .families
+            .values()
+            .map(|c| c.long.iter().flatten().count())
+            .sum();
+        (self.families.len(), long)
     }
 
     /// Whether every GEMM planned so far computes each row independently of its batch mates
@@ -216,13 +264,22 @@ impl Blas {
                 self.families.insert(family, choice);
             }
             let mut plan = self.layouts(s)?;
-            let algo = self
+            let choice = *self
                 .families
                 .get(&family)
-                .map(|c| c.algo)
                 .ok_or_else(|| CudaError::Unavailable("GEMM family vanished".into()))?;
-            if self.check(&plan, &algo) {
+            // The longest tier this pass reaches whose algorithm runs at its size.
+            let long = choice
+                .long
+                .iter()
+                .flatten()
+                .rev()
+                .find(|(from, a)| s.tokens >= *from && self.check(&plan, a))
+                .map(|&(_, a)| a);
+            if let Some(algo) = long {
                 plan.algo = algo;
+            } else if self.check(&plan, &choice.algo) {
+                plan.algo = choice.algo;
             } else {
                 // Another kernel for this token count: correct, but no longer invariant.
                 tracing::warn!(?s, "the family's GEMM algorithm does not run at this token count; requests stop sharing passes");
@@ -424,6 +481,7 @@ impl Blas {
             );
             return Ok(Choice {
                 algo: first,
+                long: [None; LONG_TIERS],
                 invariant: false,
             });
         }
@@ -441,7 +499,7 @@ impl Blas {
             if !runs {
                 continue;
             }
-            if probe.same_bits(self, algo, &small, &counts, stream)? {
+            if probe.same_bits(self, algo, algo, &small, &counts, stream)? {
                 invariant.push(*algo);
                 if !self.tune {
                     break;
@@ -456,6 +514,7 @@ impl Blas {
             );
             return Ok(Choice {
                 algo: first,
+                long: [None; LONG_TIERS],
                 invariant: false,
             });
         };
@@ -470,10 +529,72 @@ impl Blas {
         } else {
             best
         };
+        let mut long = [None; LONG_TIERS];
+        let mut used = vec![algo];
+        for (slot, (from, tokens)) in long.iter_mut().zip(self.long_tiers()) {
+            let tier = Tier { from, tokens };
+            *slot = self
+                .choose_long(family, tier, &used, &small, &counts, &probe, stream)?
+                .map(|a| (from, a));
+            if let Some((_, a)) = slot {
+                used.push(*a);
+            }
+        }
+        tracing::debug!(?family, long = ?long.map(|t| t.map(|(from, _)| from)), "GEMM family planned");
         Ok(Choice {
             algo,
+            long,
             invariant: true,
         })
+    }
+
+    /// `family`'s algorithm for passes of at least `tier.from` tokens: the first of the
+    /// heuristic's top candidates at `tier.tokens`, ranked above every algorithm in `used`
+    /// (the first one, then the shorter tiers'), that runs at the probe sizes from
+    /// `tier.from` up and gives, in those passes, the bits `used[0]` gives the probe's
+    /// blocks of rows alone; `None` if none does.
+    #[allow(clippy::too_many_arguments)]
+    fn choose_long(
+        &self,
+        family: Family,
+        tier: Tier,
+        used: &[sys::cublasLtMatmulAlgo_t],
+        small: &Plan,
+        counts: &[(usize, Plan)],
+        probe: &Probe,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<Option<sys::cublasLtMatmulAlgo_t>, CudaError> {
+        let algo = &used[0];
+        let long: Vec<&(usize, Plan)> = counts.iter().filter(|(n, _)| *n >= tier.from).collect();
+        if long.is_empty() {
+            return Ok(None);
+        }
+        let reference = self.layouts(Shape {
+            tokens: tier.tokens,
+            out: family.out,
+            inp: family.inp,
+            kind: family.kind,
+        })?;
+        // Only candidates the heuristic ranks above what shorter passes already use.
+        for candidate in self
+            .heuristic(&reference, true)?
+            .into_iter()
+            .take(LONG_CANDIDATES)
+        {
+            if used.iter().any(|u| u.data == candidate.data) {
+                return Ok(None);
+            }
+            if !self.check(&reference, &candidate)
+                || !long.iter().all(|(_, p)| self.check(p, &candidate))
+            {
+                continue;
+            }
+            let long: Vec<(usize, &Plan)> = long.iter().map(|(n, p)| (*n, p)).collect();
+            if probe.same_bits(self, algo, &candidate, small, &long, stream)? {
+                return Ok(Some(candidate));
+            }
+        }
+        Ok(None)
     }
 
     /// Times each candidate on `g`'s operands, writing into scratch memory (the real output,
@@ -614,6 +735,14 @@ fn split_k(algo: &sys::cublasLtMatmulAlgo_t) -> i32 {
     }
 }
 
+/// A tier of [`Blas::long_tokens`]: passes from `from` tokens take the algorithm the
+/// heuristic picks at `tokens`.
+#[derive(Debug, Clone, Copy)]
+struct Tier {
+    from: usize,
+    tokens: usize,
+}
+
 /// Operands for the invariance check of one family: fixed pseudo-random activations of
 /// [`PROBE_LARGE`] rows, the layer's own weight and bias, zeroed outputs.
 struct Probe {
@@ -656,14 +785,16 @@ impl Probe {
         })
     }
 
-    /// Runs `algo` on the first and the last block of rows alone, then on the first `n` rows
-    /// for each count, and compares.
-    fn same_bits(
+    /// Runs `alone` on the first and the last block of rows alone, then `among` on the first
+    /// `n` rows for each count, and compares (the last block only in a pass of
+    /// [`PROBE_LARGE`] rows).
+    fn same_bits<P: std::borrow::Borrow<Plan>>(
         &self,
         blas: &Blas,
-        algo: &sys::cublasLtMatmulAlgo_t,
+        alone: &sys::cublasLtMatmulAlgo_t,
+        among: &sys::cublasLtMatmulAlgo_t,
         small: &Plan,
-        counts: &[(usize, Plan)],
+        counts: &[(usize, P)],
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<bool, CudaError> {
         let f = self.family;
@@ -689,17 +820,23 @@ impl Probe {
         let mut ran = blas
             .launch(
                 small,
-                algo,
+                alone,
                 &gemm(PROBE_SMALL, self.x.ptr(), head.ptr()),
                 stream,
             )
             .and_then(|_| {
                 let x = self.x.at(offset * f.inp * self.in_elem);
-                blas.launch(small, algo, &gemm(PROBE_SMALL, x, tail.ptr()), stream)
+                blas.launch(small, alone, &gemm(PROBE_SMALL, x, tail.ptr()), stream)
             });
         for ((n, plan), out) in counts.iter().zip(&outs) {
-            ran = ran
-                .and_then(|_| blas.launch(plan, algo, &gemm(*n, self.x.ptr(), out.ptr()), stream));
+            ran = ran.and_then(|_| {
+                blas.launch(
+                    plan.borrow(),
+                    among,
+                    &gemm(*n, self.x.ptr(), out.ptr()),
+                    stream,
+                )
+            });
         }
         // SAFETY: a live stream.
         unsafe { cudarc::driver::result::stream::synchronize(stream) }.map_err(|source| {

@@ -210,6 +210,17 @@ pub struct EngineArgs {
         hide = true
     )]
     pub cuda_gemm_tokens: usize,
+    /// CUDA engine: pass sizes (tokens, comma-separated, ascending) whose GEMM kernels passes
+    /// of at least half as many tokens use, for each layer where they give the same bits as
+    /// the short passes' kernels (0: the same kernels for every pass).
+    #[arg(
+        long,
+        env = "SYS1_CUDA_GEMM_LARGE_TOKENS",
+        value_delimiter = ',',
+        default_value = "2048",
+        hide = true
+    )]
+    pub cuda_gemm_large_tokens: Vec<usize>,
     /// Persistent directory for compiled GPU kernels (serve's --kernel-cache).
     #[arg(skip)]
     pub kernel_cache: Option<PathBuf>,

@@ -57,6 +57,12 @@ impl EngineArgs {
         s.ordinal = self.ordinal;
         s.graphs = self.cuda_graphs;
         s.gemm_tokens = self.cuda_gemm_tokens.max(1);
+        s.gemm_long_tokens = self
+            .cuda_gemm_large_tokens
+            .iter()
+            .copied()
+            .filter(|&t| t > 0)
+            .collect();
         if self.cuda_attention == CudaAttention::Rows {
             s.attention = laya_cuda::Attention::Rows;
         }
