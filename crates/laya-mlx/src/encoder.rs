@@ -55,6 +55,9 @@ struct HostBuffers {
     mlp_out: Vec<f32>,
 }
 
+/// Rows the host's feed-forward half computes at a time ([`Encoder::feed_forward_on_host`]).
+const FEED_FORWARD_ROWS: usize = 1024;
+
 /// The tap of a normal forward: looks at nothing.
 pub(crate) fn no_tap(_: &str, _: &Array) -> Result<(), Exception> {
     Ok(())
@@ -309,19 +312,26 @@ impl Encoder {
             mlp_out,
             ..
         } = &mut *buffers;
-        let h = wi.forward_host(values, wi_out);
-        let rows = h.len() / (2 * self.intermediate);
-        crate::host::geglu_into(h, self.intermediate, geglu);
-        match mlp_wo.host() {
-            Some(mlp_wo) => {
-                let y = mlp_wo.forward_host(geglu, mlp_out);
-                Ok(Array::from_slice(y, &[rows as i32, self.hidden as i32]))
-            }
-            None => mlp_wo.forward(&Array::from_slice(
-                geglu,
-                &[rows as i32, self.intermediate as i32],
-            )),
+        let (d, inter) = (self.hidden, self.intermediate);
+        let rows = values.len() / d;
+        let Some(mlp_wo) = mlp_wo.host() else {
+            let h = wi.forward_host(values, wi_out);
+            crate::host::geglu_into(h, inter, geglu);
+            return mlp_wo.forward(&Array::from_slice(geglu, &[rows as i32, inter as i32]));
+        };
+        // In blocks of rows: `Wi`'s output is 2.5 times the layer's width, and whole it is
+        // 115 MB at 5,500 tokens (with the GeGLU's, 172 MB more peak memory). Every row is
+        // computed on its own, so the blocks give the same bits.
+        mlp_out.resize(rows * d, 0.0);
+        for (x, y) in values
+            .chunks(FEED_FORWARD_ROWS * d)
+            .zip(mlp_out.chunks_mut(FEED_FORWARD_ROWS * d))
+        {
+            let h = wi.forward_host(x, wi_out);
+            crate::host::geglu_into(h, inter, geglu);
+            mlp_wo.forward_into(geglu, y);
         }
+        Ok(Array::from_slice(mlp_out, &[rows as i32, d as i32]))
     }
 
     /// Vocabulary size (token ids must be below it).

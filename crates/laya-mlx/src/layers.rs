@@ -161,11 +161,16 @@ impl HostLinear {
             buf.resize(n, 0.0);
         }
         let y = &mut buf[..n];
+        self.forward_into(x, y);
+        y
+    }
+
+    /// [`HostLinear::forward_host`] into `y`, which must hold exactly `[rows, out]`.
+    pub fn forward_into(&self, x: &[f32], y: &mut [f32]) {
         match self {
             HostLinear::F32 { layer, kernel } => layer.forward_into(x, *kernel, y),
             HostLinear::Int8(q) => q.layer.forward_into(x, q.kernel, q.activations, y),
         }
-        y
     }
 }
 
