@@ -267,56 +267,14 @@ unsafe impl Sync for Out {}
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! The x86-64 kernels. Each sweeps a tile of `MR` rows by `NB` blocks of 16 channels over
-    //! the whole of `k` with every sum in a register; both are constants, so the sums never
-    //! leave the registers.
+    //! the whole of `k` with every sum in a register; both are constants
+    //! (`crate::tiles::sweep`), so the sums never leave the registers.
 
     use std::arch::x86_64::*;
 
     #[cfg(doc)]
     use super::pack_rows;
     use super::{F32Linear, Tile, BLOCK};
-
-    /// Sweeps the item's blocks in panels of `$nb` (then single blocks), and its rows in
-    /// tiles of `$mr` (then what is left), with `$tile::<MR, NB>`.
-    macro_rules! sweep {
-        ($lin:ident, $x:ident, $item:ident, $y:ident, $tile:ident, $mr:literal, $nb:literal) => {{
-            let mut b = $item.blocks.start;
-            while b < $item.blocks.end {
-                let full = $item.blocks.end - b >= $nb;
-                let mut r = $item.rows.start;
-                while r < $item.rows.end {
-                    let left = ($item.rows.end - r).min($mr);
-                    // This tile's packed rows.
-                    let a = $x.add((r - $item.rows.start) * $lin.k);
-                    macro_rules! at {
-                        ($m:literal) => {
-                            if full {
-                                $tile::<$m, $nb>($lin, a, r, b, $y)
-                            } else {
-                                $tile::<$m, 1>($lin, a, r, b, $y)
-                            }
-                        };
-                    }
-                    match left {
-                        1 => at!(1),
-                        2 => at!(2),
-                        3 => at!(3),
-                        4 => at!(4),
-                        5 => at!(5),
-                        6 if $mr > 6 => at!(6),
-                        7 if $mr > 7 => at!(7),
-                        8 if $mr > 8 => at!(8),
-                        9 if $mr > 9 => at!(9),
-                        10 if $mr > 10 => at!(10),
-                        11 if $mr > 11 => at!(11),
-                        _ => at!($mr),
-                    }
-                    r += left;
-                }
-                b += if full { $nb } else { 1 };
-            }
-        }};
-    }
 
     /// AVX-512: 12 rows × 32 channels a tile (24 sums, 2 weight registers).
     ///
@@ -325,7 +283,20 @@ mod x86 {
     /// 12-row tiles, and `y` `[rows, lin.out]` for every row of `item`.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn avx512(lin: &F32Linear, x: *const f32, item: Tile, y: *mut f32) {
-        sweep!(lin, x, item, y, tile512, 12, 2);
+        macro_rules! tile {
+            // The tile's rows, packed (see `pack_rows`).
+            ($m:literal, $nb:literal, $r:ident, $b:ident) => {
+                tile512::<$m, $nb>(lin, x.add(($r - item.rows.start) * lin.k), $r, $b, y)
+            };
+        }
+        crate::tiles::sweep!(
+            item.rows.clone(),
+            item.blocks.clone(),
+            12,
+            2,
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+            tile
+        );
     }
 
     #[target_feature(enable = "avx512f")]
@@ -381,7 +352,20 @@ mod x86 {
     /// As [`avx512`], for AVX2 and FMA and 6-row tiles.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn avx2(lin: &F32Linear, x: *const f32, item: Tile, y: *mut f32) {
-        sweep!(lin, x, item, y, tile256, 6, 1);
+        macro_rules! tile {
+            // The tile's rows, packed (see `pack_rows`).
+            ($m:literal, $nb:literal, $r:ident, $b:ident) => {
+                tile256::<$m, $nb>(lin, x.add(($r - item.rows.start) * lin.k), $r, $b, y)
+            };
+        }
+        crate::tiles::sweep!(
+            item.rows.clone(),
+            item.blocks.clone(),
+            6,
+            1,
+            [1, 2, 3, 4, 5],
+            tile
+        );
     }
 
     #[target_feature(enable = "avx2,fma")]

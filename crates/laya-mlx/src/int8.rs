@@ -491,7 +491,8 @@ unsafe fn portable(
 mod x86 {
     //! The x86-64 kernels. Each sweeps a tile of `MR` rows by `NB` blocks of 16 channels over
     //! the whole of `k` with every sum in a register, then hands the sums to
-    //! [`Int8Linear::finish`]. Both are constants, so the sums never leave the registers.
+    //! [`Int8Linear::finish`]. Both are constants (`crate::tiles::sweep`), so the sums never
+    //! leave the registers.
 
     use std::arch::x86_64::*;
     use std::ops::Range;
@@ -504,40 +505,6 @@ mod x86 {
         std::ptr::read_unaligned(acts.q.as_ptr().add(r * acts.k4 + 4 * g) as *const i32)
     }
 
-    /// Sweeps `blocks` in panels of `$nb` blocks (then single blocks), and every row in tiles
-    /// of `$mr` (then what is left), with `$tile::<MR, NB>`.
-    macro_rules! sweep {
-        ($lin:ident, $acts:ident, $rows:ident, $blocks:ident, $y:ident, $tile:ident, $mr:literal, $nb:literal) => {{
-            let mut b = $blocks.start;
-            while b < $blocks.end {
-                let full = $blocks.end - b >= $nb;
-                let mut r = $rows.start;
-                while r < $rows.end {
-                    let left = ($rows.end - r).min($mr);
-                    macro_rules! at {
-                        ($m:literal) => {
-                            if full {
-                                $tile::<$m, $nb>($lin, $acts, r, b, $y)
-                            } else {
-                                $tile::<$m, 1>($lin, $acts, r, b, $y)
-                            }
-                        };
-                    }
-                    match left {
-                        1 => at!(1),
-                        2 => at!(2),
-                        3 => at!(3),
-                        4 if $mr > 4 => at!(4),
-                        5 if $mr > 5 => at!(5),
-                        _ => at!($mr),
-                    }
-                    r += left;
-                }
-                b += if full { $nb } else { 1 };
-            }
-        }};
-    }
-
     /// AVX-512 VNNI: 6 rows × 64 channels a tile (24 sums, 4 weight registers).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub(super) unsafe fn vnni512(
@@ -547,7 +514,12 @@ mod x86 {
         blocks: Range<usize>,
         y: *mut f32,
     ) {
-        sweep!(lin, acts, rows, blocks, y, tile512, 6, 4);
+        macro_rules! tile {
+            ($m:literal, $nb:literal, $r:ident, $b:ident) => {
+                tile512::<$m, $nb>(lin, acts, $r, $b, y)
+            };
+        }
+        crate::tiles::sweep!(rows, blocks, 6, 4, [1, 2, 3, 4, 5], tile);
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -637,7 +609,12 @@ mod x86 {
         blocks: Range<usize>,
         y: *mut f32,
     ) {
-        sweep!(lin, acts, rows, blocks, y, tile256, 6, 1);
+        macro_rules! tile {
+            ($m:literal, $nb:literal, $r:ident, $b:ident) => {
+                tile256::<$m, $nb>(lin, acts, $r, $b, y)
+            };
+        }
+        crate::tiles::sweep!(rows, blocks, 6, 1, [1, 2, 3, 4, 5], tile);
     }
 
     #[target_feature(enable = "avx2,avxvnni")]
@@ -678,7 +655,12 @@ mod x86 {
         blocks: Range<usize>,
         y: *mut f32,
     ) {
-        sweep!(lin, acts, rows, blocks, y, tile_avx2, 4, 1);
+        macro_rules! tile {
+            ($m:literal, $nb:literal, $r:ident, $b:ident) => {
+                tile_avx2::<$m, $nb>(lin, acts, $r, $b, y)
+            };
+        }
+        crate::tiles::sweep!(rows, blocks, 4, 1, [1, 2, 3], tile);
     }
 
     #[target_feature(enable = "avx2")]

@@ -40,6 +40,7 @@ mod layers;
 #[doc(hidden)]
 pub mod profile;
 mod settings;
+mod tiles;
 pub mod weights;
 
 pub use engine::MlxEngine;

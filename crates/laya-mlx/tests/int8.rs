@@ -4,25 +4,7 @@
 
 use laya_mlx::int8::{Activations, Int8, Int8Linear, Kernel};
 
-/// A small deterministic generator (xorshift), values roughly normal.
-struct Values(u64);
-
-impl Values {
-    fn next(&mut self) -> f32 {
-        let mut s = 0f32;
-        for _ in 0..4 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            s += (self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-        }
-        s
-    }
-
-    fn take(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.next()).collect()
-    }
-}
+use crate::common::Values;
 
 /// Shapes with ragged channel blocks (`out` not a multiple of 16 or 64), ragged `k` (not a
 /// multiple of 4), row counts around every tile height, and rows in several cache chunks.

@@ -40,3 +40,24 @@ pub fn reference_passes(ckpt: &str) -> Vec<RefPass> {
     assert!(!passes.is_empty(), "no recorded passes for {ckpt}");
     passes
 }
+
+/// A small deterministic generator (xorshift), values roughly normal: inputs and weights for
+/// the host kernels' tests.
+pub struct Values(pub u64);
+
+impl Values {
+    pub fn next(&mut self) -> f32 {
+        let mut s = 0f32;
+        for _ in 0..4 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            s += (self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+        }
+        s
+    }
+
+    pub fn take(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
