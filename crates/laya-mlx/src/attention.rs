@@ -46,6 +46,48 @@ pub(crate) fn spans_from_lengths(lengths: impl IntoIterator<Item = usize>) -> Ve
         .collect()
 }
 
+/// A run of consecutive rows ([`row_groups`]): packed tokens `start..end`, and the rows'
+/// spans counted from `start`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct RowGroup {
+    pub start: usize,
+    pub end: usize,
+    pub spans: Vec<Span>,
+}
+
+/// `spans` (contiguous, in order) cut into runs of consecutive rows of at most `tokens`
+/// tokens together, a longer row in a run of its own. What works row by row (attention, and
+/// every per-token step) can then run a group at a time, in a group's memory.
+pub(crate) fn row_groups(spans: &[Span], tokens: usize) -> impl Iterator<Item = RowGroup> + '_ {
+    let mut rest = spans;
+    std::iter::from_fn(move || {
+        let first = rest.first()?;
+        let mut n = 1;
+        let mut total = first.len;
+        while let Some(next) = rest.get(n) {
+            if total + next.len > tokens {
+                break;
+            }
+            total += next.len;
+            n += 1;
+        }
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        let start = first.start;
+        Some(RowGroup {
+            start,
+            end: start + total,
+            spans: group
+                .iter()
+                .map(|s| Span {
+                    start: s.start - start,
+                    len: s.len,
+                })
+                .collect(),
+        })
+    })
+}
+
 /// Head layout of one attention: `heads × head_dim = d`, scores scaled by `scale`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Heads {
@@ -544,6 +586,40 @@ fn sliding_blocked(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_groups_keep_rows_whole_and_in_order() {
+        let spans = spans_from_lengths([300, 700, 25, 2000, 1024, 1, 1]);
+        let groups: Vec<RowGroup> = row_groups(&spans, 1024).collect();
+        let lengths: Vec<Vec<usize>> = groups
+            .iter()
+            .map(|g| g.spans.iter().map(|s| s.len).collect())
+            .collect();
+        assert_eq!(
+            lengths,
+            vec![vec![300, 700], vec![25], vec![2000], vec![1024], vec![1, 1]]
+        );
+        let bounds: Vec<(usize, usize)> = groups.iter().map(|g| (g.start, g.end)).collect();
+        assert_eq!(
+            bounds,
+            vec![
+                (0, 1000),
+                (1000, 1025),
+                (1025, 3025),
+                (3025, 4049),
+                (4049, 4051)
+            ]
+        );
+        assert_eq!(
+            groups[0].spans[1],
+            Span {
+                start: 300,
+                len: 700
+            }
+        );
+        assert_eq!(groups[4].spans[1], Span { start: 1, len: 1 });
+        assert_eq!(row_groups(&[], 1024).count(), 0);
+    }
 
     #[test]
     fn window_mask_is_inclusive() {

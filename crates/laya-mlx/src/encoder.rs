@@ -11,8 +11,9 @@ use laya_core::config::{EncoderConfig, LayerKind};
 use mlx_rs::error::Exception;
 use mlx_rs::{ops, Array};
 
-use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
+use crate::attention::{packed_attention, row_groups, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
+use crate::host::{add_assign, HostNorm};
 use crate::host_attention::{self, RopeTables};
 use crate::layers::{gelu_erf, HostLinear, LayerNorm, Linear};
 use crate::settings::{Kernels, SlidingAttention};
@@ -37,6 +38,21 @@ fn host_geglu(h: &Array, inter: usize) -> Result<Array, Exception> {
     .as_dtype(io)
 }
 
+/// `norm`'s weight read onto the host.
+fn host_norm(norm: &LayerNorm) -> Result<HostNorm, LoadError> {
+    let read = || -> Result<Vec<f32>, Exception> {
+        let w = norm.weight.as_dtype(mlx_rs::Dtype::Float32)?;
+        Ok(host_values(&w, "a norm's weight")?.to_vec())
+    };
+    Ok(HostNorm {
+        weight: read().map_err(|source| LoadError::Mlx {
+            context: "reading a norm's weight".to_owned(),
+            source,
+        })?,
+        eps: norm.eps,
+    })
+}
+
 /// `x`'s values, evaluated here (`x` must be f32 and contiguous).
 fn host_values<'a>(x: &'a Array, what: &str) -> Result<&'a [f32], Exception> {
     x.try_as_slice::<f32>()
@@ -44,12 +60,13 @@ fn host_values<'a>(x: &'a Array, what: &str) -> Result<&'a [f32], Exception> {
 }
 
 /// The host buffers of the host layers, reused from layer to layer and forward to forward:
-/// `Wqkv`'s and `Wi`'s outputs are computed a few rows at a time (13 MB and 21 MB at most
-/// for rows up to 1,024 tokens), the layers' outputs are 22 MB at 5,500 tokens, and a fresh
-/// buffer each time costs its page faults, and a copy into MLX and back out another pass
-/// over it.
+/// the residual stream and a norm's output are 22 MB each at 5,500 tokens, `Wqkv`'s and
+/// `Wi`'s outputs are computed a few rows at a time (13 MB and 21 MB at most), and a fresh
+/// buffer each time costs its page faults.
 #[derive(Debug, Default)]
 struct HostBuffers {
+    residual: Vec<f32>,
+    normed: Vec<f32>,
     qkv: Vec<f32>,
     attn_out: Vec<f32>,
     wi_out: Vec<f32>,
@@ -60,35 +77,9 @@ struct HostBuffers {
 /// Rows the host's feed-forward half computes at a time ([`Encoder::feed_forward_on_host`]).
 const FEED_FORWARD_ROWS: usize = 1024;
 
-/// Tokens the host's attention half takes at a time ([`Encoder::attention_on_host`]): as
-/// many whole rows as fit, and a longer row alone.
+/// Tokens the host's attention half takes at a time ([`Encoder::layers_on_host`]): as many
+/// whole rows as fit, and a longer row alone.
 const ATTENTION_TOKENS: usize = 1024;
-
-/// `spans` (contiguous, in order) cut into runs of consecutive rows of at most `tokens`
-/// tokens together, a longer row in a run of its own.
-fn row_groups(spans: &[Span], tokens: usize) -> impl Iterator<Item = &[Span]> {
-    let mut rest = spans;
-    std::iter::from_fn(move || {
-        let first = rest.first()?;
-        let mut n = 1;
-        let mut total = first.len;
-        while let Some(next) = rest.get(n) {
-            if total + next.len > tokens {
-                break;
-            }
-            total += next.len;
-            n += 1;
-        }
-        let (group, tail) = rest.split_at(n);
-        rest = tail;
-        Some(group)
-    })
-}
-
-/// The tap of a normal forward: looks at nothing.
-pub(crate) fn no_tap(_: &str, _: &Array) -> Result<(), Exception> {
-    Ok(())
-}
 
 /// One encoder layer.
 #[derive(Debug)]
@@ -100,8 +91,18 @@ struct EncoderLayer {
     mlp_norm: LayerNorm,
     wi: Linear,
     mlp_wo: Linear,
+    /// The norms' weights on the host, for the host path ([`Encoder::layers_on_host`]).
+    host_norms: (Option<HostNorm>, HostNorm),
     kind: LayerKind,
     rope_theta: f32,
+}
+
+/// One layer whose `Wqkv`, `attn.Wo` and `Wi` are host layers ([`Encoder::host_layers`]).
+struct HostLayer<'a> {
+    wqkv: &'a HostLinear,
+    wo: &'a HostLinear,
+    wi: &'a HostLinear,
+    layer: &'a EncoderLayer,
 }
 
 /// The encoder's weights and shape.
@@ -124,8 +125,8 @@ pub(crate) struct Encoder {
     /// host math, on per-row (unpadded) attention.
     host_attention: bool,
     rope_tables: RopeTables,
-    /// With host linear layers and host attention, what `Wqkv`, attention, `attn.Wo`, `Wi`,
-    /// the GeGLU and `mlp.Wo` pass each other stays on the host, in these.
+    /// With host linear layers and host attention, the residual stream and what the layers
+    /// pass each other stay on the host, in these.
     host_buffers: std::sync::Mutex<HostBuffers>,
 }
 
@@ -157,17 +158,24 @@ impl Encoder {
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for (l, &kind) in cfg.layer_kinds.iter().enumerate() {
             let p = format!("encoder.layers.{l}");
+            let attn_norm = if l == 0 {
+                None
+            } else {
+                Some(norm(store, &format!("{p}.attn_norm.weight"))?)
+            };
+            let mlp_norm = norm(store, &format!("{p}.mlp_norm.weight"))?;
+            let host_norms = (
+                attn_norm.as_ref().map(host_norm).transpose()?,
+                host_norm(&mlp_norm)?,
+            );
             layers.push(EncoderLayer {
-                attn_norm: if l == 0 {
-                    None
-                } else {
-                    Some(norm(store, &format!("{p}.attn_norm.weight"))?)
-                },
+                attn_norm,
                 wqkv: linear(store, &format!("{p}.attn.Wqkv.weight"), true)?,
                 wo: linear(store, &format!("{p}.attn.Wo.weight"), true)?,
-                mlp_norm: norm(store, &format!("{p}.mlp_norm.weight"))?,
+                mlp_norm,
                 wi: linear(store, &format!("{p}.mlp.Wi.weight"), true)?,
                 mlp_wo: linear(store, &format!("{p}.mlp.Wo.weight"), false)?,
+                host_norms,
                 kind,
                 rope_theta: cfg.rope_theta(kind),
             });
@@ -198,8 +206,13 @@ impl Encoder {
 
     /// `ids` is `[T]` (all rows' tokens packed, spans `spans`); returns `h_enc`, `[T, d]`.
     /// `tap` sees the residual stream after the embeddings and after each half of each layer
-    /// (a probe compares them across devices; the engine passes [`no_tap`]).
-    pub fn forward(&self, ids: &Array, spans: &[Span], tap: &mut Tap) -> Result<Array, Exception> {
+    /// (a probe compares them across devices).
+    pub fn forward(
+        &self,
+        ids: &Array,
+        spans: &[Span],
+        mut tap: Option<&mut Tap>,
+    ) -> Result<Array, Exception> {
         // The residual stream is f32 at every precision, as under PyTorch's autocast: only
         // the matmuls and attention run in the compute dtype (`Linear` casts its input).
         let mut x = self.emb_norm.forward(
@@ -208,30 +221,22 @@ impl Encoder {
                 .take_axis(ids, 0)?
                 .as_dtype(mlx_rs::Dtype::Float32)?,
         )?;
+        if let Some(tap) = tap.as_deref_mut() {
+            tap("embeddings", &x)?;
+        }
+        if self.host_attention && self.host_geglu {
+            if let Some(layers) = self.host_layers() {
+                let x = self.layers_on_host(&x, spans, &layers, tap)?;
+                return self.final_norm.forward(&x);
+            }
+        }
         let padded = self.padded.then(|| PaddedBatch::new(spans, spans));
-        tap("embeddings", &x)?;
         for (l, layer) in self.layers.iter().enumerate() {
             let _span = tracing::trace_span!("encoder_layer", l, kind = ?layer.kind).entered();
             let a = match &layer.attn_norm {
                 Some(n) => n.forward(&x)?,
                 None => x.clone(),
             };
-            // With host linear layers and the host math, what passes between the linear
-            // layers, attention and the GeGLU never becomes an MLX array.
-            let host = match (layer.wqkv.host(), layer.wo.host(), layer.wi.host()) {
-                (Some(wqkv), Some(wo), Some(wi)) if self.host_attention && self.host_geglu => {
-                    Some((wqkv, wo, wi))
-                }
-                _ => None,
-            };
-            if let Some((wqkv, wo, wi)) = host {
-                x = x.add(self.attention_on_host(&a, spans, layer, wqkv, wo)?)?;
-                tap(&format!("layer {l} attention"), &x)?;
-                let m = layer.mlp_norm.forward(&x)?;
-                x = x.add(self.feed_forward_on_host(&m, wi, &layer.mlp_wo)?)?;
-                tap(&format!("layer {l} mlp"), &x)?;
-                continue;
-            }
             let qkv = layer.wqkv.forward(&a)?;
             let attn = if self.host_attention {
                 self.host_self_attention(&qkv, spans, layer)?
@@ -258,7 +263,9 @@ impl Encoder {
                 )?
             };
             x = x.add(layer.wo.forward(&attn)?)?;
-            tap(&format!("layer {l} attention"), &x)?;
+            if let Some(tap) = tap.as_deref_mut() {
+                tap(&format!("layer {l} attention"), &x)?;
+            }
 
             let h = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
             let g = if self.host_geglu {
@@ -268,7 +275,9 @@ impl Encoder {
                 gelu_erf(&halves[0])?.multiply(&halves[1])?
             };
             x = x.add(layer.mlp_wo.forward(&g)?)?;
-            tap(&format!("layer {l} mlp"), &x)?;
+            if let Some(tap) = tap.as_deref_mut() {
+                tap(&format!("layer {l} mlp"), &x)?;
+            }
         }
         self.final_norm.forward(&x)
     }
@@ -301,111 +310,109 @@ impl Encoder {
         host_attention::self_attention(qkv, spans, heads, head_dim, &rope, half)
     }
 
-    /// The attention half on the host: `Wqkv`, attention and `attn.Wo` pass host values to
-    /// each other; returns `attn.Wo`'s output (`[T, d]`, f32). The same operations as the
-    /// path through MLX arrays, so the same bits.
-    fn attention_on_host(
-        &self,
-        a: &Array,
-        spans: &[Span],
-        layer: &EncoderLayer,
-        wqkv: &HostLinear,
-        wo: &HostLinear,
-    ) -> Result<Array, Exception> {
-        let a = a.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
-        let values = host_values(&a, "the attention input")?;
-        let mut buffers = self.host_buffers.lock().unwrap_or_else(|e| e.into_inner());
-        let HostBuffers { qkv, attn_out, .. } = &mut *buffers;
-        let d = self.hidden;
-        let tokens = values.len() / d;
-        attn_out.resize(tokens * d, 0.0);
-        // A few whole rows at a time: `Wqkv`'s output is three times the layer's width, 68
-        // MB at 5,500 tokens whole. Attention never crosses a row and every GEMM row is
-        // computed on its own, so the groups give the same bits.
-        for group in row_groups(spans, ATTENTION_TOKENS) {
-            let lo = group[0].start;
-            let hi = group.last().map_or(lo, |s| s.start + s.len);
-            let local: Vec<Span> = group
-                .iter()
-                .map(|s| Span {
-                    start: s.start - lo,
-                    len: s.len,
+    /// Every layer's linear layers on the host, or `None` if one of `Wqkv`, `attn.Wo` and
+    /// `Wi` is not a host layer (`mlp.Wo` may be either).
+    fn host_layers(&self) -> Option<Vec<HostLayer<'_>>> {
+        self.layers
+            .iter()
+            .map(|layer| {
+                Some(HostLayer {
+                    wqkv: layer.wqkv.host()?,
+                    wo: layer.wo.host()?,
+                    wi: layer.wi.host()?,
+                    layer,
                 })
-                .collect();
-            let qkv = wqkv.forward_host(&values[lo * d..hi * d], qkv);
-            let attn = self.attend_on_host(qkv, &local, layer);
-            wo.forward_into(&attn, &mut attn_out[lo * d..hi * d]);
-        }
-        Ok(Array::from_slice(
-            &attn_out[..tokens * d],
-            &[tokens as i32, d as i32],
-        ))
+            })
+            .collect()
     }
 
-    /// The feed-forward half on the host: `Wi`, the GeGLU and (when it is a host layer)
-    /// `mlp_wo` pass host values to each other; returns `mlp_wo`'s output (`[T, d]`).
-    fn feed_forward_on_host(
+    /// The layers on the host: from the embeddings' output `x` (`[T, d]`, f32) to the last
+    /// layer's residual stream, which never becomes an MLX array in between. `mlp.Wo` runs
+    /// through MLX where it is not a host layer (`--int8` without the host f32 GEMMs).
+    fn layers_on_host(
         &self,
-        m: &Array,
-        wi: &HostLinear,
-        mlp_wo: &Linear,
+        x: &Array,
+        spans: &[Span],
+        layers: &[HostLayer],
+        mut tap: Option<&mut Tap>,
     ) -> Result<Array, Exception> {
-        let m = m.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
-        let values = host_values(&m, "the feed-forward input")?;
+        let (d, inter) = (self.hidden, self.intermediate);
         let mut buffers = self.host_buffers.lock().unwrap_or_else(|e| e.into_inner());
         let HostBuffers {
+            residual,
+            normed,
+            qkv,
+            attn_out,
             wi_out,
             geglu,
             mlp_out,
-            ..
         } = &mut *buffers;
-        let (d, inter) = (self.hidden, self.intermediate);
-        let rows = values.len() / d;
-        let Some(mlp_wo) = mlp_wo.host() else {
-            let h = wi.forward_host(values, wi_out);
-            crate::host::geglu_into(h, inter, geglu);
-            return mlp_wo.forward(&Array::from_slice(geglu, &[rows as i32, inter as i32]));
-        };
-        // In blocks of rows: `Wi`'s output is 2.5 times the layer's width, and whole it is
-        // 115 MB at 5,500 tokens (with the GeGLU's, 172 MB more peak memory). Every row is
-        // computed on its own, so the blocks give the same bits.
-        mlp_out.resize(rows * d, 0.0);
-        for (x, y) in values
-            .chunks(FEED_FORWARD_ROWS * d)
-            .zip(mlp_out.chunks_mut(FEED_FORWARD_ROWS * d))
-        {
-            let h = wi.forward_host(x, wi_out);
-            crate::host::geglu_into(h, inter, geglu);
-            mlp_wo.forward_into(geglu, y);
+        residual.clear();
+        residual.extend_from_slice(host_values(x, "the embeddings")?);
+        let tokens = residual.len() / d;
+        let shape = [tokens as i32, d as i32];
+        for (l, host) in layers.iter().enumerate() {
+            let layer = host.layer;
+            let _span = tracing::trace_span!("encoder_layer", l, kind = ?layer.kind).entered();
+            let (attn_norm, mlp_norm) = &layer.host_norms;
+            match attn_norm {
+                Some(n) => n.forward_into(residual, normed),
+                None => {
+                    normed.clear();
+                    normed.extend_from_slice(residual);
+                }
+            }
+            // A few whole rows at a time: `Wqkv`'s output is three times the layer's width,
+            // 68 MB at 5,500 tokens whole. Attention never crosses a row and every GEMM row
+            // is computed on its own, so the groups give the same bits.
+            for group in row_groups(spans, ATTENTION_TOKENS) {
+                let rows = group.start * d..group.end * d;
+                let qkv = host.wqkv.forward_host(&normed[rows.clone()], qkv);
+                let attn = self.attend_on_host(qkv, &group.spans, layer);
+                add_assign(&mut residual[rows], host.wo.forward_host(&attn, attn_out));
+            }
+            if let Some(tap) = tap.as_deref_mut() {
+                tap(
+                    &format!("layer {l} attention"),
+                    &Array::from_slice(residual, &shape),
+                )?;
+            }
+            // In blocks of rows: `Wi`'s output is 2.5 times the layer's width, and whole it
+            // is 115 MB at 5,500 tokens. Every row is computed on its own, so the blocks give
+            // the same bits.
+            mlp_norm.forward_into(residual, normed);
+            for (x, m) in residual
+                .chunks_mut(FEED_FORWARD_ROWS * d)
+                .zip(normed.chunks(FEED_FORWARD_ROWS * d))
+            {
+                crate::host::geglu_into(host.wi.forward_host(m, wi_out), inter, geglu);
+                let y = match layer.mlp_wo.host() {
+                    Some(mlp_wo) => mlp_wo.forward_host(geglu, &mut *mlp_out),
+                    None => {
+                        let rows = (geglu.len() / inter) as i32;
+                        let y = layer
+                            .mlp_wo
+                            .forward(&Array::from_slice(geglu, &[rows, inter as i32]))?
+                            .as_dtype(mlx_rs::Dtype::Float32)?;
+                        mlp_out.clear();
+                        mlp_out.extend_from_slice(host_values(&y, "mlp.Wo's output")?);
+                        &mlp_out[..]
+                    }
+                };
+                add_assign(x, y);
+            }
+            if let Some(tap) = tap.as_deref_mut() {
+                tap(
+                    &format!("layer {l} mlp"),
+                    &Array::from_slice(residual, &shape),
+                )?;
+            }
         }
-        Ok(Array::from_slice(mlp_out, &[rows as i32, d as i32]))
+        Ok(Array::from_slice(residual, &shape))
     }
 
     /// Vocabulary size (token ids must be below it).
     pub fn vocab_size(&self) -> usize {
         self.tok_embeddings.shape()[0] as usize
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::attention::spans_from_lengths;
-
-    fn lengths(groups: Vec<&[Span]>) -> Vec<Vec<usize>> {
-        groups
-            .iter()
-            .map(|g| g.iter().map(|s| s.len).collect())
-            .collect()
-    }
-
-    #[test]
-    fn row_groups_keep_rows_whole_and_in_order() {
-        let spans = spans_from_lengths([300, 700, 25, 2000, 1024, 1, 1]);
-        assert_eq!(
-            lengths(row_groups(&spans, 1024).collect()),
-            vec![vec![300, 700], vec![25], vec![2000], vec![1024], vec![1, 1]]
-        );
-        assert_eq!(row_groups(&[], 1024).count(), 0);
     }
 }

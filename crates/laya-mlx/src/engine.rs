@@ -14,7 +14,7 @@ use laya_core::engine::{warm_rows, EngineError, EngineInfo, Forward, Row, RowLog
 use mlx_rs::{Array, Device, DeviceType, Stream};
 
 use crate::attention::{spans_from_lengths, Span};
-use crate::encoder::{no_tap, Encoder, Tap};
+use crate::encoder::{Encoder, Tap};
 use crate::error::{ForwardError, LoadError};
 use crate::head::{act_features, ActHead, DecisionHead, Scorer};
 use crate::settings::{DeviceKind, EngineSettings, Kernels, Precision};
@@ -235,7 +235,7 @@ impl MlxEngine {
     /// Runs one pass over `rows` (each row exactly its own tokens and markers).
     pub fn run(&self, rows: &[Row]) -> Result<Vec<RowLogits>, ForwardError> {
         let started = Instant::now();
-        let out = self.run_tapped(rows, &mut no_tap)?;
+        let out = self.run_with(rows, None)?;
         tracing::debug!(
             rows = rows.len(),
             tokens = rows.iter().map(|r| r.ids.len()).sum::<usize>(),
@@ -260,6 +260,14 @@ impl MlxEngine {
         rows: &[Row],
         tap: &mut dyn FnMut(&str, &Array) -> Result<(), mlx_rs::error::Exception>,
     ) -> Result<Vec<RowLogits>, ForwardError> {
+        self.run_with(rows, Some(tap))
+    }
+
+    fn run_with(
+        &self,
+        rows: &[Row],
+        tap: Option<&mut Tap>,
+    ) -> Result<Vec<RowLogits>, ForwardError> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -267,7 +275,11 @@ impl MlxEngine {
         mlx_rs::with_stream(&self.stream, || self.run_on_stream(rows, tap))
     }
 
-    fn run_on_stream(&self, rows: &[Row], tap: &mut Tap) -> Result<Vec<RowLogits>, ForwardError> {
+    fn run_on_stream(
+        &self,
+        rows: &[Row],
+        tap: Option<&mut Tap>,
+    ) -> Result<Vec<RowLogits>, ForwardError> {
         let spans = spans_from_lengths(rows.iter().map(|r| r.ids.len()));
         let total: usize = spans.iter().map(|s| s.len).sum();
         let ids: Vec<u32> = rows.iter().flat_map(|r| r.ids.iter().copied()).collect();

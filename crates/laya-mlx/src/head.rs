@@ -4,14 +4,19 @@
 //! the markers, and the act head on position 0 plus features of the untempered softmax.
 
 use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{ops, Array};
 
-use crate::attention::{packed_attention, Heads, PaddedBatch, Span, Window};
+use crate::attention::{packed_attention, row_groups, Heads, PaddedBatch, Span, Window};
 use crate::error::LoadError;
 use crate::host_attention;
 use crate::layers::{gelu_erf, LayerNorm, Linear};
 use crate::settings::Kernels;
 use crate::weights::{head_heads, TensorStore};
+
+/// Tokens a full head layer takes at a time on the host path ([`DecisionHead::forward`]):
+/// as many whole rows as fit, and a longer row alone.
+const ROW_GROUP_TOKENS: usize = 1024;
 
 /// PyTorch's `LayerNorm` default, used by the head, the scorer and nothing in the encoder.
 const HEAD_NORM_EPS: f32 = 1e-5;
@@ -174,10 +179,10 @@ impl DecisionHead {
         for (j, layer) in self.layers.iter().enumerate() {
             let _span = tracing::trace_span!("head_layer", j).entered();
             let last = j + 1 == n;
-            let a = layer.norm1.forward(&x)?;
-            let kv = layer.kv_proj.forward(&a)?;
-            let kvs = ops::split_at_indices(&kv, &[self.hidden as i32], 1)?;
             if last && !full_last_layer {
+                let a = layer.norm1.forward(&x)?;
+                let kv = layer.kv_proj.forward(&a)?;
+                let kvs = ops::split_at_indices(&kv, &[self.hidden as i32], 1)?;
                 let a_sel = a.take_axis(select, 0)?;
                 let q = layer.q_proj.forward(&a_sel)?;
                 let att = if self.host_attention {
@@ -200,25 +205,60 @@ impl DecisionHead {
                 let x_sel = x.take_axis(select, 0)?.add(layer.out_proj.forward(&att)?)?;
                 return layer.feed_forward(&x_sel);
             }
-            let q = layer.q_proj.forward(&a)?;
-            let att = if self.host_attention {
-                attention_on_host(&q, spans, &kv, spans, self.hidden)?
+            x = if self.host_attention {
+                // A few whole rows at a time, each group evaluated before the next: whole,
+                // the layer's intermediates are ~370 MB at 5,500 tokens (its feed-forward
+                // is four times the width). Every step is per row or per token, so the
+                // groups give the same values.
+                let mut groups = Vec::new();
+                for g in row_groups(spans, ROW_GROUP_TOKENS) {
+                    let rows = x.index(g.start as i32..g.end as i32);
+                    let y = self.full_layer(
+                        layer,
+                        &layer.norm1.forward(&rows)?,
+                        &rows,
+                        &g.spans,
+                        None,
+                    )?;
+                    y.eval()?;
+                    groups.push(y);
+                }
+                ops::concatenate(&groups, 0)?
             } else {
-                packed_attention(
-                    &q,
-                    &kvs[0],
-                    &kvs[1],
-                    spans,
-                    spans,
-                    self.heads,
-                    None,
-                    Window::Full,
-                    padded.as_ref(),
-                )?
+                self.full_layer(layer, &layer.norm1.forward(&x)?, &x, spans, padded.as_ref())?
             };
-            x = layer.feed_forward(&x.add(layer.out_proj.forward(&att)?)?)?;
         }
         x.take_axis(select, 0)
+    }
+
+    /// A layer at every position: `a` is `norm1(x)`, rows `spans`.
+    fn full_layer(
+        &self,
+        layer: &HeadLayer,
+        a: &Array,
+        x: &Array,
+        spans: &[Span],
+        padded: Option<&PaddedBatch>,
+    ) -> Result<Array, Exception> {
+        let kv = layer.kv_proj.forward(a)?;
+        let q = layer.q_proj.forward(a)?;
+        let att = if self.host_attention {
+            attention_on_host(&q, spans, &kv, spans, self.hidden)?
+        } else {
+            let kvs = ops::split_at_indices(&kv, &[self.hidden as i32], 1)?;
+            packed_attention(
+                &q,
+                &kvs[0],
+                &kvs[1],
+                spans,
+                spans,
+                self.heads,
+                None,
+                Window::Full,
+                padded,
+            )?
+        };
+        layer.feed_forward(&x.add(layer.out_proj.forward(&att)?)?)
     }
 }
 

@@ -36,6 +36,83 @@ pub(crate) fn geglu_into(h: &[f32], inter: usize, out: &mut Vec<f32>) {
     });
 }
 
+/// A bias-free LayerNorm (ModernBERT's) over rows of its weight's width, on the host: the
+/// mean, then the variance about it (two passes, as MLX's and PyTorch's CPU kernels take),
+/// `(x − mean) · 1/√(var + eps) · weight`, all in f32.
+#[derive(Debug)]
+pub(crate) struct HostNorm {
+    pub weight: Vec<f32>,
+    pub eps: f32,
+}
+
+impl HostNorm {
+    /// Every row of `x` normalized into `out`, resized to `x`'s length (its memory reused
+    /// from call to call).
+    pub fn forward_into(&self, x: &[f32], out: &mut Vec<f32>) {
+        let d = self.weight.len();
+        let rows = x.len() / d.max(1);
+        out.resize(rows * d, 0.0);
+        let per = rows.div_ceil(threads_for(rows, x.len())).max(1);
+        std::thread::scope(|scope| {
+            for (src, dst) in x.chunks(per * d).zip(out.chunks_mut(per * d)) {
+                scope.spawn(move || {
+                    for (row, o) in src.chunks_exact(d).zip(dst.chunks_exact_mut(d)) {
+                        norm_row(row, &self.weight, self.eps, o);
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// `x += y`, element by element (the residual adds; the same bits as MLX's `add`).
+pub(crate) fn add_assign(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+fn norm_row(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        unsafe { norm_row_avx2(x, w, eps, out) };
+        return;
+    }
+    norm_row_portable(x, w, eps, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn norm_row_avx2(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    norm_row_portable(x, w, eps, out)
+}
+
+/// Sixteen partial sums of `f(v)` over `x`, so the sum vectorizes; their total in a fixed
+/// order, so both builds give the same bits.
+#[inline(always)]
+fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += f(v);
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().map(|&v| f(v)).sum::<f32>()
+}
+
+#[inline(always)]
+fn norm_row_portable(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len() as f32;
+    let mean = lane_sum(x, |v| v) / n;
+    let var = lane_sum(x, |v| (v - mean) * (v - mean)) / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+        *o = (v - mean) * inv * g;
+    }
+}
+
 /// Softmax of each `keys`-long row of `scores` (all rows, row-major), over the keys whose
 /// flag in `mask(row)` is true (all keys for `None`); masked keys get probability 0. A row
 /// with no key left is all zeros.
