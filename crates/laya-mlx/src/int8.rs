@@ -15,6 +15,11 @@
 //! * AVX-512 VNNI: `vpdpbusd` on 512-bit registers (16 channels × 4 products each). It
 //!   multiplies unsigned by signed bytes, so activations are shifted to `qx + 128` and
 //!   `128 · Σₖ qw[n][k]` is taken off the sum again (exact in `i32`).
+//! * AMX-INT8: `tdpbusd` on tiles (16 rows × 64 activation bytes against 16 groups of four
+//!   inputs × 16 channels), the same unsigned-by-signed products as `vpdpbusd`, eight times
+//!   as many a cycle. The packed weight blocks below are exactly the B tiles' layout. For
+//!   layers whose `k` is a multiple of 64 (every checkpoint's); others take AVX-512 VNNI.
+//!   Linux hands the tile registers to a process only on request (`arch_prctl`), asked once.
 //! * AVX-VNNI: the same on 256-bit registers, for CPUs with VNNI but not AVX-512.
 //! * AVX2: `vpmaddubsw` / `vpmaddwd`. `vpmaddubsw` saturates pairs of `u8 · i8` products at
 //!   `i16`, which `(qx + 128) · qw` would reach; `|qx| · (qw · sign qx)` cannot
@@ -32,6 +37,9 @@ const BLOCK: usize = 16;
 const PANEL: usize = 4;
 /// Activation bytes a work item's rows hold: what stays in a core's L2 beside a panel.
 const CHUNK_BYTES: usize = 256 * 1024;
+/// Rows of an AMX tile, and the bytes of `k` one holds.
+const AMX_ROWS: usize = 16;
+const AMX_K: usize = 64;
 
 /// `--int8`'s settings: the kernel, and how activations are quantized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +71,8 @@ impl Int8 {
 /// Which int8 dot-product kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
+    /// AMX-INT8 (`tdpbusd` on tiles), AVX-512 VNNI where a layer's `k` does not fit tiles.
+    Amx,
     /// AVX-512 VNNI (`vpdpbusd`, 512-bit).
     Avx512Vnni,
     /// AVX-VNNI (`vpdpbusd`, 256-bit).
@@ -75,7 +85,8 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, fastest first.
-    pub const ALL: [Kernel; 4] = [
+    pub const ALL: [Kernel; 5] = [
+        Kernel::Amx,
         Kernel::Avx512Vnni,
         Kernel::AvxVnni,
         Kernel::Avx2,
@@ -95,8 +106,10 @@ impl Kernel {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
+            let vnni512 = has!("avx512f") && has!("avx512bw") && has!("avx512vnni");
             match self {
-                Kernel::Avx512Vnni => has!("avx512f") && has!("avx512bw") && has!("avx512vnni"),
+                Kernel::Amx => vnni512 && x86::amx_ready(),
+                Kernel::Avx512Vnni => vnni512,
                 Kernel::AvxVnni => has!("avx2") && has!("avxvnni"),
                 Kernel::Avx2 => has!("avx2"),
                 Kernel::Portable => true,
@@ -108,9 +121,11 @@ impl Kernel {
         }
     }
 
-    /// A short name for logs and `/health`: `avx512-vnni`, `avx-vnni`, `avx2`, `portable`.
+    /// A short name for logs and `/health`: `amx-int8`, `avx512-vnni`, `avx-vnni`, `avx2`,
+    /// `portable`.
     pub fn name(self) -> &'static str {
         match self {
+            Kernel::Amx => "amx-int8",
             Kernel::Avx512Vnni => "avx512-vnni",
             Kernel::AvxVnni => "avx-vnni",
             Kernel::Avx2 => "avx2",
@@ -120,7 +135,7 @@ impl Kernel {
 
     /// Whether the kernel multiplies activations shifted by 128 (`vpdpbusd`).
     fn shifted(self) -> bool {
-        matches!(self, Kernel::Avx512Vnni | Kernel::AvxVnni)
+        matches!(self, Kernel::Amx | Kernel::Avx512Vnni | Kernel::AvxVnni)
     }
 }
 
@@ -223,7 +238,11 @@ impl Int8Linear {
         // (another process, a slower core) leaves its share to the others instead of holding
         // up the GEMM.
         let panels = blocks.div_ceil(PANEL);
-        let chunk = (CHUNK_BYTES / self.k4.max(1)).max(8);
+        let mut chunk = (CHUNK_BYTES / self.k4.max(1)).max(8);
+        if kernel == Kernel::Amx {
+            // Whole pairs of 16-row tiles.
+            chunk = chunk.div_ceil(2 * AMX_ROWS) * 2 * AMX_ROWS;
+        }
         let chunks = rows.div_ceil(chunk);
         let items = chunks * panels;
         let threads = crate::host::threads_for(items, rows * self.out * self.k / 64);
@@ -273,7 +292,10 @@ impl Int8Linear {
     ) {
         #[cfg(target_arch = "x86_64")]
         match kernel {
-            Kernel::Avx512Vnni => return x86::vnni512(self, acts, rows, blocks, y),
+            Kernel::Amx if self.k4.is_multiple_of(AMX_K) => {
+                return x86::amx(self, acts, rows, blocks, y)
+            }
+            Kernel::Amx | Kernel::Avx512Vnni => return x86::vnni512(self, acts, rows, blocks, y),
             Kernel::AvxVnni => return x86::vnni256(self, acts, rows, blocks, y),
             Kernel::Avx2 => return x86::avx2(self, acts, rows, blocks, y),
             Kernel::Portable => {}
@@ -386,7 +408,9 @@ struct Plane {
 
 impl Plane {
     fn new(x: &[f32], rows: usize, k: usize, k4: usize, shifted: bool, residual: bool) -> Plane {
-        let mut q = vec![if shifted { 128u8 } else { 0 }; rows * k4];
+        // Two AMX tiles of rows past the last: a tile that starts at a real row reads 16 or
+        // 32 rows whatever is left, and what it computes for these is never written out.
+        let mut q = vec![if shifted { 128u8 } else { 0 }; (rows + 2 * AMX_ROWS) * k4];
         let mut scale = vec![0f32; rows];
         let per = rows
             .div_ceil(crate::host::threads_for(rows, rows * k))
@@ -497,7 +521,166 @@ mod x86 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{Int8Linear, Plane, BLOCK};
+    use super::{Int8Linear, Plane, AMX_K, AMX_ROWS, BLOCK};
+
+    /// Whether the CPU has AMX-INT8 and Linux lets this process use the tile registers
+    /// (asked once: `ARCH_REQ_XCOMP_PERM` for `XFEATURE_XTILEDATA`, then read back).
+    pub(super) fn amx_ready() -> bool {
+        static READY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *READY.get_or_init(|| {
+            // CPUID leaf 7: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
+            let leaf = __cpuid_count(7, 0);
+            if leaf.edx & (3 << 24) != 3 << 24 {
+                return false;
+            }
+            amx_permitted()
+        })
+    }
+
+    #[cfg(target_os = "linux")]
+    fn amx_permitted() -> bool {
+        const ARCH_GET_XCOMP_PERM: libc::c_long = 0x1022;
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        let mut granted: u64 = 0;
+        // SAFETY: the two `arch_prctl` requests take an integer and a pointer to a u64.
+        unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            ) == 0
+                && libc::syscall(
+                    libc::SYS_arch_prctl,
+                    ARCH_GET_XCOMP_PERM,
+                    &mut granted as *mut u64,
+                ) == 0
+                && granted & (1 << XFEATURE_XTILEDATA) != 0
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn amx_permitted() -> bool {
+        false
+    }
+
+    /// `ldtilecfg`'s 64 bytes: palette 1, then each tile's bytes a row and rows.
+    #[repr(C, align(64))]
+    struct TileConfig {
+        palette: u8,
+        start_row: u8,
+        reserved: [u8; 14],
+        colsb: [u16; 16],
+        rows: [u8; 16],
+    }
+
+    /// AMX-INT8: tiles of 32 rows × 32 channels (four 16 × 16 sums `tmm0`-`tmm3`; two
+    /// activation tiles `tmm4`, `tmm5`; two weight tiles `tmm6`, `tmm7`), over `k` 64 bytes a
+    /// step. `lin.k4` must be a multiple of 64, and `acts.q` must hold 32 rows past the
+    /// last (it does: [`Plane::new`]).
+    ///
+    /// The integer sums are exact, so they are the other kernels' sums, and
+    /// [`Int8Linear::finish`] scales them the same way.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn amx(
+        lin: &Int8Linear,
+        acts: &Plane,
+        rows: Range<usize>,
+        blocks: Range<usize>,
+        y: *mut f32,
+    ) {
+        let mut cfg = TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb: [0; 16],
+            rows: [0; 16],
+        };
+        for t in 0..8 {
+            cfg.colsb[t] = (AMX_ROWS * 4) as u16;
+            cfg.rows[t] = AMX_ROWS as u8;
+        }
+        std::arch::asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly));
+        let k4 = lin.k4;
+        let (sa, sw) = (k4, BLOCK * 4);
+        let block_bytes = BLOCK * k4;
+        let mut sums = [[0i32; AMX_ROWS * BLOCK]; 4];
+        let mut r = rows.start;
+        while r < rows.end {
+            let a0 = acts.q.as_ptr().add(r * k4);
+            let a1 = a0.add(AMX_ROWS * k4);
+            let mut b = blocks.start;
+            while b < blocks.end {
+                // An odd last block pairs with itself; its second copy is not written out.
+                let b1 = if b + 1 < blocks.end { b + 1 } else { b };
+                let w0 = lin.packed.as_ptr().add(b * block_bytes);
+                let w1 = lin.packed.as_ptr().add(b1 * block_bytes);
+                std::arch::asm!(
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "tilezero tmm2",
+                    "tilezero tmm3",
+                    options(nostack, nomem)
+                );
+                for step in 0..k4 / AMX_K {
+                    let (ka, kw) = (step * AMX_K, step * AMX_ROWS * BLOCK * 4);
+                    std::arch::asm!(
+                        "tileloadd tmm4, [{a0} + {sa} * 1]",
+                        "tileloadd tmm5, [{a1} + {sa} * 1]",
+                        "tileloadd tmm6, [{w0} + {sw} * 1]",
+                        "tileloadd tmm7, [{w1} + {sw} * 1]",
+                        "tdpbusd tmm0, tmm4, tmm6",
+                        "tdpbusd tmm1, tmm4, tmm7",
+                        "tdpbusd tmm2, tmm5, tmm6",
+                        "tdpbusd tmm3, tmm5, tmm7",
+                        a0 = in(reg) a0.add(ka),
+                        a1 = in(reg) a1.add(ka),
+                        w0 = in(reg) w0.add(kw),
+                        w1 = in(reg) w1.add(kw),
+                        sa = in(reg) sa,
+                        sw = in(reg) sw,
+                        options(nostack, readonly)
+                    );
+                }
+                let out = BLOCK * 4;
+                std::arch::asm!(
+                    "tilestored [{c0} + {s} * 1], tmm0",
+                    "tilestored [{c1} + {s} * 1], tmm1",
+                    "tilestored [{c2} + {s} * 1], tmm2",
+                    "tilestored [{c3} + {s} * 1], tmm3",
+                    c0 = in(reg) sums[0].as_mut_ptr(),
+                    c1 = in(reg) sums[1].as_mut_ptr(),
+                    c2 = in(reg) sums[2].as_mut_ptr(),
+                    c3 = in(reg) sums[3].as_mut_ptr(),
+                    s = in(reg) out,
+                    options(nostack)
+                );
+                for (t, tile) in sums.iter().enumerate() {
+                    let (half, second) = (t / 2, t % 2 == 1);
+                    if second && b1 == b {
+                        continue;
+                    }
+                    let n0 = if second { b1 } else { b } * BLOCK;
+                    for (i, row) in tile.chunks_exact(BLOCK).enumerate() {
+                        let rr = r + half * AMX_ROWS + i;
+                        if rr >= rows.end {
+                            break;
+                        }
+                        if n0 + BLOCK <= lin.out {
+                            let s = _mm512_loadu_si512(row.as_ptr() as *const _);
+                            finish512(lin, acts, rr, n0, s, y);
+                        } else {
+                            let row: &[i32; BLOCK] = row.try_into().expect("16 sums a row");
+                            lin.finish(acts, rr, n0, row, y);
+                        }
+                    }
+                }
+                b += 2;
+            }
+            r += 2 * AMX_ROWS;
+        }
+        std::arch::asm!("tilerelease", options(nostack, nomem));
+    }
 
     /// The four activation bytes `a[r][4g..4g + 4]` as one 32-bit lane value.
     #[inline(always)]

@@ -8,8 +8,10 @@ use crate::common::Values;
 
 /// Shapes with ragged channel blocks (`out` not a multiple of 16 or 64), ragged `k` (not a
 /// multiple of 4), row counts around every tile height, and rows in several cache chunks.
-const SHAPES: [(usize, usize, usize); 7] = [
+const SHAPES: [(usize, usize, usize); 9] = [
     (150, 40, 4096),
+    (207, 48, 2624),
+    (41, 33, 192),
     (1, 8, 4),
     (7, 37, 13),
     (13, 100, 64),
