@@ -74,7 +74,7 @@ struct HostBuffers {
     mlp_out: Vec<f32>,
 }
 
-/// Rows the host's feed-forward half computes at a time ([`Encoder::feed_forward_on_host`]).
+/// Rows the host's feed-forward half computes at a time ([`Encoder::layers_on_host`]).
 const FEED_FORWARD_ROWS: usize = 1024;
 
 /// Tokens the host's attention half takes at a time ([`Encoder::layers_on_host`]): as many
@@ -347,8 +347,9 @@ impl Encoder {
             geglu,
             mlp_out,
         } = &mut *buffers;
+        let x = x.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
         residual.clear();
-        residual.extend_from_slice(host_values(x, "the embeddings")?);
+        residual.extend_from_slice(host_values(&x, "the embeddings")?);
         let tokens = residual.len() / d;
         let shape = [tokens as i32, d as i32];
         for (l, host) in layers.iter().enumerate() {

@@ -37,8 +37,8 @@ pub(crate) fn geglu_into(h: &[f32], inter: usize, out: &mut Vec<f32>) {
 }
 
 /// A bias-free LayerNorm (ModernBERT's) over rows of its weight's width, on the host: the
-/// mean, then the variance about it (two passes, as MLX's and PyTorch's CPU kernels take),
-/// `(x − mean) · 1/√(var + eps) · weight`, all in f32.
+/// mean, then the variance about it (two passes, so a large mean does not cancel the
+/// variance away), `(x − mean) · 1/√(var + eps) · weight`, all in f32.
 #[derive(Debug)]
 pub(crate) struct HostNorm {
     pub weight: Vec<f32>,
@@ -50,7 +50,11 @@ impl HostNorm {
     /// from call to call).
     pub fn forward_into(&self, x: &[f32], out: &mut Vec<f32>) {
         let d = self.weight.len();
-        let rows = x.len() / d.max(1);
+        if d == 0 {
+            out.clear();
+            return;
+        }
+        let rows = x.len() / d;
         out.resize(rows * d, 0.0);
         let per = rows.div_ceil(threads_for(rows, x.len())).max(1);
         std::thread::scope(|scope| {
@@ -299,6 +303,44 @@ fn biased_exponent(n: f32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_norm_matches_an_f64_layer_norm() {
+        let d = 1024;
+        let mut s = 0x2545_f491_u32;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s as f32 / u32::MAX as f32 - 0.5
+        };
+        let weight: Vec<f32> = (0..d).map(|_| 1.0 + next()).collect();
+        // Rows with offsets up to 30 times their spread, and one outlier channel. The bound
+        // is what f32 sums allow there (the mean's rounding, a few 1e-6 of the spread); a
+        // wrong step (no centring, eps or weight misapplied) is off by far more.
+        let mut x: Vec<f32> = (0..7 * d)
+            .map(|i| next() * 4.0 + (i / d) as f32 * 6.0)
+            .collect();
+        x[3 * d + 17] = 900.0;
+        let norm = HostNorm { weight, eps: 1e-5 };
+        let mut out = Vec::new();
+        norm.forward_into(&x, &mut out);
+        assert_eq!(out.len(), x.len());
+        for (row, got) in x.chunks(d).zip(out.chunks(d)) {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+            let inv = 1.0 / (var + 1e-5).sqrt();
+            for ((&v, &g), &w) in row.iter().zip(got).zip(&norm.weight) {
+                let want = (v as f64 - mean) * inv * w as f64;
+                assert!(
+                    (g as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{g} vs {want}"
+                );
+            }
+        }
+        norm.forward_into(&[], &mut out);
+        assert!(out.is_empty());
+    }
 
     /// erf and exp in f64 from their series/the standard library, as the yardstick.
     fn erf64(x: f64) -> f64 {
