@@ -74,6 +74,12 @@ pub(crate) fn row_groups(spans: &[Span], tokens: usize) -> impl Iterator<Item = 
         let (group, tail) = rest.split_at(n);
         rest = tail;
         let start = first.start;
+        debug_assert!(
+            group
+                .windows(2)
+                .all(|w| w[0].start + w[0].len == w[1].start),
+            "row_groups takes contiguous spans"
+        );
         Some(RowGroup {
             start,
             end: start + total,

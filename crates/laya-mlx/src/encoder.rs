@@ -40,6 +40,7 @@ fn host_geglu(h: &Array, inter: usize) -> Result<Array, Exception> {
 
 /// `norm`'s weight read onto the host.
 fn host_norm(norm: &LayerNorm) -> Result<HostNorm, LoadError> {
+    debug_assert!(norm.bias.is_none(), "the encoder's norms have no bias");
     let read = || -> Result<Vec<f32>, Exception> {
         let w = norm.weight.as_dtype(mlx_rs::Dtype::Float32)?;
         Ok(host_values(&w, "a norm's weight")?.to_vec())
@@ -61,8 +62,9 @@ fn host_values<'a>(x: &'a Array, what: &str) -> Result<&'a [f32], Exception> {
 
 /// The host buffers of the host layers, reused from layer to layer and forward to forward:
 /// the residual stream and a norm's output are 22 MB each at 5,500 tokens, `Wqkv`'s and
-/// `Wi`'s outputs are computed a few rows at a time (13 MB and 21 MB at most), and a fresh
-/// buffer each time costs its page faults.
+/// `Wi`'s outputs are computed a few rows at a time (13 MB and 21 MB for groups of up to
+/// 1,024 tokens; a longer row takes what it needs, and the buffer keeps that size), and a
+/// fresh buffer each time costs its page faults.
 #[derive(Debug, Default)]
 struct HostBuffers {
     residual: Vec<f32>,
@@ -379,8 +381,8 @@ impl Encoder {
                 )?;
             }
             // In blocks of rows: `Wi`'s output is 2.5 times the layer's width, and whole it
-            // is 115 MB at 5,500 tokens. Every row is computed on its own, so the blocks give
-            // the same bits.
+            // is 115 MB at 5,500 tokens. Every host GEMM row is computed on its own, so the
+            // blocks give the same bits (an `mlp.Wo` through MLX's GEMM, the same values).
             mlp_norm.forward_into(residual, normed);
             for (x, m) in residual
                 .chunks_mut(FEED_FORWARD_ROWS * d)

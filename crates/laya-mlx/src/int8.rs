@@ -292,7 +292,7 @@ impl Int8Linear {
     ) {
         #[cfg(target_arch = "x86_64")]
         match kernel {
-            Kernel::Amx if self.k4.is_multiple_of(AMX_K) => {
+            Kernel::Amx if self.k4 > 0 && self.k4.is_multiple_of(AMX_K) => {
                 return x86::amx(self, acts, rows, blocks, y)
             }
             Kernel::Amx | Kernel::Avx512Vnni => return x86::vnni512(self, acts, rows, blocks, y),
@@ -398,7 +398,8 @@ fn planes(
 /// One plane of a GEMM's activations, quantized per row.
 struct Plane {
     k4: usize,
-    /// `[rows, k4]`: `qx` as bytes, shifted by 128 (as `u8`) for the `vpdpbusd` kernels.
+    /// `[rows + 32, k4]`: `qx` as bytes, shifted by 128 (as `u8`) for the `vpdpbusd` and
+    /// `tdpbusd` kernels; the 32 rows past the last are padding for the AMX tiles.
     q: Vec<u8>,
     scale: Vec<f32>,
     shifted: bool,
@@ -513,10 +514,10 @@ unsafe fn portable(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! The x86-64 kernels. Each sweeps a tile of `MR` rows by `NB` blocks of 16 channels over
-    //! the whole of `k` with every sum in a register, then hands the sums to
-    //! [`Int8Linear::finish`]. Both are constants (`crate::tiles::sweep`), so the sums never
-    //! leave the registers.
+    //! The x86-64 kernels. The vector ones sweep a tile of `MR` rows by `NB` blocks of 16
+    //! channels over the whole of `k` with every sum in a register, then hand the sums to
+    //! [`Int8Linear::finish`]; both are constants (`crate::tiles::sweep`), so the sums never
+    //! leave the registers. The AMX one sums in tiles and stores them for the same scaling.
 
     use std::arch::x86_64::*;
     use std::ops::Range;
@@ -576,7 +577,7 @@ mod x86 {
 
     /// AMX-INT8: tiles of 32 rows × 32 channels (four 16 × 16 sums `tmm0`-`tmm3`; two
     /// activation tiles `tmm4`, `tmm5`; two weight tiles `tmm6`, `tmm7`), over `k` 64 bytes a
-    /// step. `lin.k4` must be a multiple of 64, and `acts.q` must hold 32 rows past the
+    /// step. `lin.k4` must be a positive multiple of 64, and `acts.q` must hold 32 rows past the
     /// last (it does: [`Plane::new`]).
     ///
     /// The integer sums are exact, so they are the other kernels' sums, and
@@ -600,59 +601,60 @@ mod x86 {
             cfg.colsb[t] = (AMX_ROWS * 4) as u16;
             cfg.rows[t] = AMX_ROWS as u8;
         }
+        // The configuration is loaded once a call (per block it cost a quarter of the
+        // kernel's time at 207 rows) and released at the end, so it is the one piece of
+        // tile state assumed to last from one `asm!` block to the next: nothing else
+        // touches it, as this crate enables no AMX target feature and so the compiler emits
+        // no tile instruction. The sums live in the tiles within one block only.
         std::arch::asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly));
         let k4 = lin.k4;
-        let (sa, sw) = (k4, BLOCK * 4);
         let block_bytes = BLOCK * k4;
         let mut sums = [[0i32; AMX_ROWS * BLOCK]; 4];
         let mut r = rows.start;
         while r < rows.end {
             let a0 = acts.q.as_ptr().add(r * k4);
-            let a1 = a0.add(AMX_ROWS * k4);
             let mut b = blocks.start;
             while b < blocks.end {
                 // An odd last block pairs with itself; its second copy is not written out.
                 let b1 = if b + 1 < blocks.end { b + 1 } else { b };
-                let w0 = lin.packed.as_ptr().add(b * block_bytes);
-                let w1 = lin.packed.as_ptr().add(b1 * block_bytes);
+                // One block from zeroing the sums to storing them.
                 std::arch::asm!(
                     "tilezero tmm0",
                     "tilezero tmm1",
                     "tilezero tmm2",
                     "tilezero tmm3",
-                    options(nostack, nomem)
-                );
-                for step in 0..k4 / AMX_K {
-                    let (ka, kw) = (step * AMX_K, step * AMX_ROWS * BLOCK * 4);
-                    std::arch::asm!(
-                        "tileloadd tmm4, [{a0} + {sa} * 1]",
-                        "tileloadd tmm5, [{a1} + {sa} * 1]",
-                        "tileloadd tmm6, [{w0} + {sw} * 1]",
-                        "tileloadd tmm7, [{w1} + {sw} * 1]",
-                        "tdpbusd tmm0, tmm4, tmm6",
-                        "tdpbusd tmm1, tmm4, tmm7",
-                        "tdpbusd tmm2, tmm5, tmm6",
-                        "tdpbusd tmm3, tmm5, tmm7",
-                        a0 = in(reg) a0.add(ka),
-                        a1 = in(reg) a1.add(ka),
-                        w0 = in(reg) w0.add(kw),
-                        w1 = in(reg) w1.add(kw),
-                        sa = in(reg) sa,
-                        sw = in(reg) sw,
-                        options(nostack, readonly)
-                    );
-                }
-                let out = BLOCK * 4;
-                std::arch::asm!(
-                    "tilestored [{c0} + {s} * 1], tmm0",
-                    "tilestored [{c1} + {s} * 1], tmm1",
-                    "tilestored [{c2} + {s} * 1], tmm2",
-                    "tilestored [{c3} + {s} * 1], tmm3",
+                    "2:",
+                    "tileloadd tmm4, [{a0} + {sa} * 1]",
+                    "tileloadd tmm5, [{a1} + {sa} * 1]",
+                    "tileloadd tmm6, [{w0} + {sw} * 1]",
+                    "tileloadd tmm7, [{w1} + {sw} * 1]",
+                    "tdpbusd tmm0, tmm4, tmm6",
+                    "tdpbusd tmm1, tmm4, tmm7",
+                    "tdpbusd tmm2, tmm5, tmm6",
+                    "tdpbusd tmm3, tmm5, tmm7",
+                    "add {a0}, {ka}",
+                    "add {a1}, {ka}",
+                    "add {w0}, {kw}",
+                    "add {w1}, {kw}",
+                    "dec {steps}",
+                    "jnz 2b",
+                    "tilestored [{c0} + {sw} * 1], tmm0",
+                    "tilestored [{c1} + {sw} * 1], tmm1",
+                    "tilestored [{c2} + {sw} * 1], tmm2",
+                    "tilestored [{c3} + {sw} * 1], tmm3",
+                    a0 = inout(reg) a0 => _,
+                    a1 = inout(reg) a0.add(AMX_ROWS * k4) => _,
+                    w0 = inout(reg) lin.packed.as_ptr().add(b * block_bytes) => _,
+                    w1 = inout(reg) lin.packed.as_ptr().add(b1 * block_bytes) => _,
+                    steps = inout(reg) k4 / AMX_K => _,
+                    sa = in(reg) k4,
+                    sw = in(reg) BLOCK * 4,
+                    ka = const AMX_K,
+                    kw = const AMX_ROWS * BLOCK * 4,
                     c0 = in(reg) sums[0].as_mut_ptr(),
                     c1 = in(reg) sums[1].as_mut_ptr(),
                     c2 = in(reg) sums[2].as_mut_ptr(),
                     c3 = in(reg) sums[3].as_mut_ptr(),
-                    s = in(reg) out,
                     options(nostack)
                 );
                 for (t, tile) in sums.iter().enumerate() {

@@ -54,22 +54,25 @@ fn every_kernel_gives_the_portable_bits() {
 #[test]
 fn a_row_gives_the_same_bits_alone_and_among_others() {
     let mut v = Values(0x0ddb_a11c_afe5_eed5);
-    let (rows, out, k) = (23, 96, 200);
-    let layer = Int8Linear::new(&v.take(out * k), out, k, None);
-    let x = v.take(rows * k);
-    let kernel = Kernel::detect();
-    let all = layer.forward(&x, kernel, Activations::Split);
-    for r in 0..rows {
-        let alone = layer.forward(&x[r * k..(r + 1) * k], kernel, Activations::Split);
-        let among = &all[r * out..(r + 1) * out];
-        assert!(
-            alone
-                .iter()
-                .zip(among)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "row {r} changed with its neighbours ({})",
-            kernel.name()
-        );
+    // `k` = 200 takes the vector kernels; 256 (a multiple of 64) the AMX tiles where the CPU
+    // has them, with rows past one 32-row tile pair.
+    for (rows, out, k) in [(23, 96, 200), (45, 80, 256)] {
+        let layer = Int8Linear::new(&v.take(out * k), out, k, None);
+        let x = v.take(rows * k);
+        let kernel = Kernel::detect();
+        let all = layer.forward(&x, kernel, Activations::Split);
+        for r in 0..rows {
+            let alone = layer.forward(&x[r * k..(r + 1) * k], kernel, Activations::Split);
+            let among = &all[r * out..(r + 1) * out];
+            assert!(
+                alone
+                    .iter()
+                    .zip(among)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "row {r} of {rows}x{out}x{k} changed with its neighbours ({})",
+                kernel.name()
+            );
+        }
     }
 }
 
