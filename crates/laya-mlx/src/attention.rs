@@ -46,6 +46,11 @@ pub(crate) fn spans_from_lengths(lengths: impl IntoIterator<Item = usize>) -> Ve
         .collect()
 }
 
+/// Tokens a row group holds on the host paths (the encoder's attention half, the head's full
+/// layers): as many whole rows as fit, a longer row alone. At 1,024 a group's widest buffer
+/// (the head's 4d feed-forward) is 16 MB, and the GEMMs still see hundreds of rows.
+pub(crate) const ROW_GROUP_TOKENS: usize = 1024;
+
 /// A run of consecutive rows ([`row_groups`]): packed tokens `start..end`, and the rows'
 /// spans counted from `start`.
 #[derive(Debug, PartialEq, Eq)]

@@ -11,7 +11,9 @@ use laya_core::config::{EncoderConfig, LayerKind};
 use mlx_rs::error::Exception;
 use mlx_rs::{ops, Array};
 
-use crate::attention::{packed_attention, row_groups, Heads, PaddedBatch, Span, Window};
+use crate::attention::{
+    packed_attention, row_groups, Heads, PaddedBatch, RowGroup, Span, Window, ROW_GROUP_TOKENS,
+};
 use crate::error::LoadError;
 use crate::host::{add_assign, HostNorm};
 use crate::host_attention::{self, RopeTables};
@@ -78,10 +80,6 @@ struct HostBuffers {
 
 /// Rows the host's feed-forward half computes at a time ([`Encoder::layers_on_host`]).
 const FEED_FORWARD_ROWS: usize = 1024;
-
-/// Tokens the host's attention half takes at a time ([`Encoder::layers_on_host`]): as many
-/// whole rows as fit, and a longer row alone.
-const ATTENTION_TOKENS: usize = 1024;
 
 /// One encoder layer.
 #[derive(Debug)]
@@ -354,6 +352,7 @@ impl Encoder {
         residual.extend_from_slice(host_values(&x, "the embeddings")?);
         let tokens = residual.len() / d;
         let shape = [tokens as i32, d as i32];
+        let groups: Vec<RowGroup> = row_groups(spans, ROW_GROUP_TOKENS).collect();
         for (l, host) in layers.iter().enumerate() {
             let layer = host.layer;
             let _span = tracing::trace_span!("encoder_layer", l, kind = ?layer.kind).entered();
@@ -368,7 +367,7 @@ impl Encoder {
             // A few whole rows at a time: `Wqkv`'s output is three times the layer's width,
             // 68 MB at 5,500 tokens whole. Attention never crosses a row and every GEMM row
             // is computed on its own, so the groups give the same bits.
-            for group in row_groups(spans, ATTENTION_TOKENS) {
+            for group in &groups {
                 let rows = group.start * d..group.end * d;
                 let qkv = host.wqkv.forward_host(&normed[rows.clone()], qkv);
                 let attn = self.attend_on_host(qkv, &group.spans, layer);

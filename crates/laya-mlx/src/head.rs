@@ -7,16 +7,14 @@ use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{ops, Array};
 
-use crate::attention::{packed_attention, row_groups, Heads, PaddedBatch, Span, Window};
+use crate::attention::{
+    packed_attention, row_groups, Heads, PaddedBatch, Span, Window, ROW_GROUP_TOKENS,
+};
 use crate::error::LoadError;
 use crate::host_attention;
 use crate::layers::{gelu_erf, LayerNorm, Linear};
 use crate::settings::Kernels;
 use crate::weights::{head_heads, TensorStore};
-
-/// Tokens a full head layer takes at a time on the host path ([`DecisionHead::forward`]):
-/// as many whole rows as fit, and a longer row alone.
-const ROW_GROUP_TOKENS: usize = 1024;
 
 /// PyTorch's `LayerNorm` default, used by the head, the scorer and nothing in the encoder.
 const HEAD_NORM_EPS: f32 = 1e-5;

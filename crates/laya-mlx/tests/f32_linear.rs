@@ -3,7 +3,7 @@
 
 use laya_mlx::f32_linear::{F32Linear, Kernel};
 
-use crate::common::Values;
+use crate::common::{same_bits, Values};
 
 /// Shapes with ragged channel blocks (`out` not a multiple of 16 or 32), odd `k`, row counts
 /// around every tile height (6 and 12), and rows in several cache chunks.
@@ -63,7 +63,7 @@ fn every_kernel_gives_the_same_bits_and_the_product() {
             match &first {
                 None => first = Some(y),
                 Some(want) => assert!(
-                    y.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    same_bits(&y, want),
                     "{} differs from {} at {rows}x{out}x{k}",
                     kernel.name(),
                     kernels[0].name()
@@ -88,10 +88,7 @@ fn a_row_gives_the_same_bits_alone_and_among_others() {
         let alone = layer.forward(&x[r * k..(r + 1) * k], kernel);
         let among = &all[r * out..(r + 1) * out];
         assert!(
-            alone
-                .iter()
-                .zip(among)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            same_bits(&alone, among),
             "row {r} changed with its neighbours ({})",
             kernel.name()
         );

@@ -4,7 +4,7 @@
 
 use laya_mlx::int8::{Activations, Int8, Int8Linear, Kernel};
 
-use crate::common::Values;
+use crate::common::{same_bits, Values};
 
 /// Shapes with ragged channel blocks (`out` not a multiple of 16 or 64), ragged `k` (not a
 /// multiple of 4), row counts around every tile height, and rows in several cache chunks.
@@ -33,12 +33,8 @@ fn every_kernel_gives_the_portable_bits() {
             let want = layer.forward(&x, Kernel::Portable, acts);
             for kernel in Kernel::ALL.into_iter().filter(|k| k.available()) {
                 let got = layer.forward(&x, kernel, acts);
-                let same = got
-                    .iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(
-                    same,
+                    same_bits(&got, &want),
                     "{} differs from portable at {rows}x{out}x{k} ({acts:?})",
                     kernel.name()
                 );
@@ -65,10 +61,7 @@ fn a_row_gives_the_same_bits_alone_and_among_others() {
             let alone = layer.forward(&x[r * k..(r + 1) * k], kernel, Activations::Split);
             let among = &all[r * out..(r + 1) * out];
             assert!(
-                alone
-                    .iter()
-                    .zip(among)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                same_bits(&alone, among),
                 "row {r} of {rows}x{out}x{k} changed with its neighbours ({})",
                 kernel.name()
             );

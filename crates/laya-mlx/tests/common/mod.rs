@@ -41,6 +41,11 @@ pub fn reference_passes(ckpt: &str) -> Vec<RefPass> {
     passes
 }
 
+/// Whether `a` and `b` are the same values bit for bit (and the same length).
+pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 /// A small deterministic generator (xorshift), values roughly normal: inputs and weights for
 /// the host kernels' tests.
 pub struct Values(pub u64);
