@@ -165,7 +165,7 @@ impl F32Linear {
         let chunk = (CHUNK_BYTES / (4 * self.k).max(1) / mr * mr).max(mr);
         let chunks = rows.div_ceil(chunk);
         let items = chunks * panels;
-        let threads = crate::host::threads_for(items, rows * self.out * self.k / 64);
+        let threads = crate::parallel::threads_for(items, rows * self.out * self.k / 64);
         let next = AtomicUsize::new(0);
         let out = Out(y.as_mut_ptr());
         let work = || {
@@ -197,12 +197,7 @@ impl F32Linear {
                 unsafe { self.run(&packed, tile, out.ptr(), kernel) }
             }
         };
-        std::thread::scope(|scope| {
-            for _ in 1..threads {
-                scope.spawn(work);
-            }
-            work();
-        });
+        crate::parallel::broadcast(threads, work);
     }
 
     /// # Safety

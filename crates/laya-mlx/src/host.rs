@@ -11,6 +11,8 @@
 //! upstream's CPU reference. The formula is within 1.5e-7 of the true erf; evaluated in f32,
 //! within 5e-7.
 
+use crate::parallel;
+
 /// `GELU(a) · b` for each row of `h`, whose rows are `[a (inter values) | b (inter values)]`
 /// (ModernBERT's GeGLU on the output of `Wi`). Returns `rows × inter` values.
 pub(crate) fn geglu(h: &[f32], inter: usize) -> Vec<f32> {
@@ -23,17 +25,21 @@ pub(crate) fn geglu(h: &[f32], inter: usize) -> Vec<f32> {
 pub(crate) fn geglu_into(h: &[f32], inter: usize, out: &mut Vec<f32>) {
     let rows = h.len() / (2 * inter);
     out.resize(rows * inter, 0.0);
-    let per = rows.div_ceil(threads_for(rows, rows * inter)).max(1);
-    std::thread::scope(|scope| {
-        for (src, dst) in h.chunks(per * 2 * inter).zip(out.chunks_mut(per * inter)) {
-            scope.spawn(move || {
-                for (row, o) in src.chunks_exact(2 * inter).zip(dst.chunks_exact_mut(inter)) {
-                    let (a, b) = row.split_at(inter);
-                    geglu_row(a, b, o);
+    let per = rows
+        .div_ceil(parallel::threads_for(rows, rows * inter))
+        .max(1);
+    parallel::run(
+        h.chunks(per * 2 * inter)
+            .zip(out.chunks_mut(per * inter))
+            .map(|(src, dst)| {
+                move || {
+                    for (row, o) in src.chunks_exact(2 * inter).zip(dst.chunks_exact_mut(inter)) {
+                        let (a, b) = row.split_at(inter);
+                        geglu_row(a, b, o);
+                    }
                 }
-            });
-        }
-    });
+            }),
+    );
 }
 
 /// A bias-free LayerNorm (ModernBERT's) over rows of its weight's width, on the host: the
@@ -56,16 +62,18 @@ impl HostNorm {
         }
         let rows = x.len() / d;
         out.resize(rows * d, 0.0);
-        let per = rows.div_ceil(threads_for(rows, x.len())).max(1);
-        std::thread::scope(|scope| {
-            for (src, dst) in x.chunks(per * d).zip(out.chunks_mut(per * d)) {
-                scope.spawn(move || {
-                    for (row, o) in src.chunks_exact(d).zip(dst.chunks_exact_mut(d)) {
-                        norm_row(row, &self.weight, self.eps, o);
+        let per = rows.div_ceil(parallel::threads_for(rows, x.len())).max(1);
+        parallel::run(
+            x.chunks(per * d)
+                .zip(out.chunks_mut(per * d))
+                .map(|(src, dst)| {
+                    move || {
+                        for (row, o) in src.chunks_exact(d).zip(dst.chunks_exact_mut(d)) {
+                            norm_row(row, &self.weight, self.eps, o);
+                        }
                     }
-                });
-            }
-        });
+                }),
+        );
     }
 }
 
@@ -127,38 +135,28 @@ pub(crate) fn softmax_rows<'m>(
 ) -> Vec<f32> {
     let rows = scores.len() / keys;
     let mut out = vec![0f32; rows * keys];
-    let per = rows.div_ceil(threads_for(rows, scores.len())).max(1);
+    let per = rows
+        .div_ceil(parallel::threads_for(rows, scores.len()))
+        .max(1);
     let mask = &mask;
-    std::thread::scope(|scope| {
-        for (c, (src, dst)) in scores
+    parallel::run(
+        scores
             .chunks(per * keys)
             .zip(out.chunks_mut(per * keys))
             .enumerate()
-        {
-            scope.spawn(move || {
-                for (i, (s, o)) in src
-                    .chunks_exact(keys)
-                    .zip(dst.chunks_exact_mut(keys))
-                    .enumerate()
-                {
-                    softmax_row(s, mask(c * per + i), o);
+            .map(|(c, (src, dst))| {
+                move || {
+                    for (i, (s, o)) in src
+                        .chunks_exact(keys)
+                        .zip(dst.chunks_exact_mut(keys))
+                        .enumerate()
+                    {
+                        softmax_row(s, mask(c * per + i), o);
+                    }
                 }
-            });
-        }
-    });
+            }),
+    );
     out
-}
-
-/// Threads worth starting for `rows` rows (or other units of work) of `values` values in all.
-pub(crate) fn threads_for(rows: usize, values: usize) -> usize {
-    // Below ~64k values a thread costs more than it saves.
-    if values < 1 << 16 {
-        return 1;
-    }
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 8)
-        .min(rows.max(1))
 }
 
 fn softmax_row(s: &[f32], mask: Option<&[bool]>, out: &mut [f32]) {

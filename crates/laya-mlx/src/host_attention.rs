@@ -158,28 +158,23 @@ impl Job<'_> {
             .map(|&(r, _)| q_spans[r].len * kv_spans[r].len)
             .sum::<usize>()
             * hd;
-        let threads = crate::host::threads_for(tasks.len(), work);
+        let threads = crate::parallel::threads_for(tasks.len(), work);
         let next = AtomicUsize::new(0);
-        let done: Vec<Vec<(usize, Vec<f32>)>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut mine = Vec::new();
-                        loop {
-                            let t = next.fetch_add(1, Ordering::Relaxed);
-                            let Some(&(r, h)) = tasks.get(t) else { break };
-                            mine.push((t, self.head(q_spans[r], kv_spans[r], h)));
-                        }
-                        mine
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
+        let done = std::sync::Mutex::new(Vec::with_capacity(tasks.len()));
+        crate::parallel::broadcast(threads, || {
+            let mut mine = Vec::new();
+            loop {
+                let t = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(r, h)) = tasks.get(t) else { break };
+                mine.push((t, self.head(q_spans[r], kv_spans[r], h)));
+            }
+            // A poisoned lock is another thread's panic, which `broadcast` passes on.
+            if let Ok(mut done) = done.lock() {
+                done.append(&mut mine);
+            }
         });
-        for (t, head_out) in done.into_iter().flatten() {
+        let done = done.into_inner().unwrap_or_else(|p| p.into_inner());
+        for (t, head_out) in done {
             let (r, h) = tasks[t];
             let span = q_spans[r];
             for (i, row) in head_out.chunks_exact(hd).enumerate() {

@@ -245,7 +245,7 @@ impl Int8Linear {
         }
         let chunks = rows.div_ceil(chunk);
         let items = chunks * panels;
-        let threads = crate::host::threads_for(items, rows * self.out * self.k / 64);
+        let threads = crate::parallel::threads_for(items, rows * self.out * self.k / 64);
         let next = std::sync::atomic::AtomicUsize::new(0);
         let out = Out(y.as_mut_ptr());
         let work = || loop {
@@ -270,12 +270,7 @@ impl Int8Linear {
                 }
             }
         };
-        std::thread::scope(|scope| {
-            for _ in 1..threads {
-                scope.spawn(work);
-            }
-            work();
-        });
+        crate::parallel::broadcast(threads, work);
     }
 
     /// Channels of blocks `blocks`, every row, into `y` (`[rows, out]`).
@@ -414,31 +409,30 @@ impl Plane {
         let mut q = vec![if shifted { 128u8 } else { 0 }; (rows + 2 * AMX_ROWS) * k4];
         let mut scale = vec![0f32; rows];
         let per = rows
-            .div_ceil(crate::host::threads_for(rows, rows * k))
+            .div_ceil(crate::parallel::threads_for(rows, rows * k))
             .max(1);
-        std::thread::scope(|scope| {
-            for ((x, q), scale) in x
-                .chunks(per * k.max(1))
+        crate::parallel::run(
+            x.chunks(per * k.max(1))
                 .zip(q.chunks_mut(per * k4))
                 .zip(scale.chunks_mut(per))
-            {
-                scope.spawn(move || {
-                    for (r, s_out) in scale.iter_mut().enumerate() {
-                        let row = &x[r * k..(r + 1) * k];
-                        let (s, inv) = scale_of(row);
-                        *s_out = s;
-                        for (d, &v) in q[r * k4..r * k4 + k].iter_mut().zip(row) {
-                            let v = quantize(v, inv);
-                            *d = if shifted {
-                                (v as i16 + 128) as u8
-                            } else {
-                                v as u8
-                            };
+                .map(|((x, q), scale)| {
+                    move || {
+                        for (r, s_out) in scale.iter_mut().enumerate() {
+                            let row = &x[r * k..(r + 1) * k];
+                            let (s, inv) = scale_of(row);
+                            *s_out = s;
+                            for (d, &v) in q[r * k4..r * k4 + k].iter_mut().zip(row) {
+                                let v = quantize(v, inv);
+                                *d = if shifted {
+                                    (v as i16 + 128) as u8
+                                } else {
+                                    v as u8
+                                };
+                            }
                         }
                     }
-                });
-            }
-        });
+                }),
+        );
         Plane {
             k4,
             q,

@@ -37,6 +37,7 @@ mod host;
 mod host_attention;
 pub mod int8;
 mod layers;
+mod parallel;
 #[doc(hidden)]
 pub mod profile;
 mod settings;
