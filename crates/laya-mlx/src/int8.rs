@@ -415,23 +415,7 @@ impl Plane {
             x.chunks(per * k.max(1))
                 .zip(q.chunks_mut(per * k4))
                 .zip(scale.chunks_mut(per))
-                .map(|((x, q), scale)| {
-                    move || {
-                        for (r, s_out) in scale.iter_mut().enumerate() {
-                            let row = &x[r * k..(r + 1) * k];
-                            let (s, inv) = scale_of(row);
-                            *s_out = s;
-                            for (d, &v) in q[r * k4..r * k4 + k].iter_mut().zip(row) {
-                                let v = quantize(v, inv);
-                                *d = if shifted {
-                                    (v as i16 + 128) as u8
-                                } else {
-                                    v as u8
-                                };
-                            }
-                        }
-                    }
-                }),
+                .map(|((x, q), scale)| move || quantize_rows(x, k, q, k4, scale, shifted)),
         );
         Plane {
             k4,
@@ -447,7 +431,60 @@ impl Plane {
     }
 }
 
+/// Rows of `x` (`k` values each) quantized into `q` (`k4` bytes a row, shifted by 128 where
+/// `shifted`), their scales into `scale` (one a row).
+fn quantize_rows(x: &[f32], k: usize, q: &mut [u8], k4: usize, scale: &mut [f32], shifted: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512bw") {
+        // SAFETY: the CPU has AVX-512F and BW, checked just above.
+        unsafe { quantize_rows_avx512(x, k, q, k4, scale, shifted) };
+        return;
+    }
+    quantize_rows_any(x, k, q, k4, scale, shifted);
+}
+
+/// [`quantize_rows`] compiled for AVX-512: the same operations (a product, comparisons and
+/// integer steps, no contraction), so the same bytes, 16 lanes at a time instead of 4. At
+/// 5,500 rows the activations' quantization was ~6% of an `--int8` forward.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantize_rows_avx512(
+    x: &[f32],
+    k: usize,
+    q: &mut [u8],
+    k4: usize,
+    scale: &mut [f32],
+    shifted: bool,
+) {
+    quantize_rows_any(x, k, q, k4, scale, shifted)
+}
+
+#[inline(always)]
+fn quantize_rows_any(
+    x: &[f32],
+    k: usize,
+    q: &mut [u8],
+    k4: usize,
+    scale: &mut [f32],
+    shifted: bool,
+) {
+    for (r, s_out) in scale.iter_mut().enumerate() {
+        let row = &x[r * k..(r + 1) * k];
+        let (s, inv) = scale_of(row);
+        *s_out = s;
+        for (d, &v) in q[r * k4..r * k4 + k].iter_mut().zip(row) {
+            let v = quantize(v, inv);
+            *d = if shifted {
+                (v as i16 + 128) as u8
+            } else {
+                v as u8
+            };
+        }
+    }
+}
+
 /// `(max|v| / 127, 127 / max|v|)`; `(0, 0)` for an all-zero (or empty) vector.
+#[inline(always)]
 fn scale_of(v: &[f32]) -> (f32, f32) {
     let amax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
     if amax > 0.0 && amax.is_finite() {
@@ -462,7 +499,7 @@ fn scale_of(v: &[f32]) -> (f32, f32) {
 /// Written without `f32::round`, which is a libm call on baseline x86-64 and kept the
 /// activations' loop scalar (a fifth of a GEMM's time at 2,048 rows): `as` truncates
 /// (saturating, NaN to 0), and `x - trunc(x)` is exact, so the half is seen exactly.
-#[inline]
+#[inline(always)]
 fn quantize(v: f32, inv: f32) -> i8 {
     // Clamped first so that `t + 1` cannot overflow; NaN stays NaN and becomes 0.
     let x = (v * inv).clamp(-127.5, 127.5);
@@ -899,7 +936,49 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
-    use super::quantize;
+    #[cfg(target_arch = "x86_64")]
+    use super::quantize_rows_avx512;
+    use super::{quantize, quantize_rows_any};
+
+    /// The AVX-512 build of the activations' quantization gives the portable build's bytes
+    /// and scales, halves, zeros, NaN and infinities among the values.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn quantize_rows_avx512_matches_the_portable_build() {
+        if !std::arch::is_x86_feature_detected!("avx512bw") {
+            return;
+        }
+        let (rows, k, k4) = (37, 203, 204);
+        let mut s = 0x2545_f491_u32;
+        let mut x: Vec<f32> = (0..rows * k)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                match i % 97 {
+                    0 => (i % 255) as f32 * 0.5 - 63.5,
+                    1 => -0.0,
+                    _ => (s as f32 / u32::MAX as f32 - 0.5) * 20.0,
+                }
+            })
+            .collect();
+        x[5 * k + 3] = f32::NAN;
+        x[9 * k..10 * k].fill(0.0);
+        x[11 * k + 7] = f32::INFINITY;
+        for shifted in [false, true] {
+            let (mut qa, mut sa) = (vec![0u8; rows * k4], vec![0f32; rows]);
+            let (mut qb, mut sb) = (vec![0u8; rows * k4], vec![0f32; rows]);
+            quantize_rows_any(&x, k, &mut qa, k4, &mut sa, shifted);
+            // SAFETY: the CPU has AVX-512F and BW, checked above.
+            unsafe { quantize_rows_avx512(&x, k, &mut qb, k4, &mut sb, shifted) };
+            assert_eq!(qa, qb, "bytes, shifted {shifted}");
+            assert_eq!(
+                sa.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                sb.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "scales, shifted {shifted}"
+            );
+        }
+    }
 
     #[test]
     fn quantize_rounds_as_f32_round_does() {
