@@ -86,6 +86,12 @@ pub(crate) fn add_assign(x: &mut [f32], y: &[f32]) {
 
 fn norm_row(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F, checked just above.
+        unsafe { norm_row_avx512(x, w, eps, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, checked just above.
         unsafe { norm_row_avx2(x, w, eps, out) };
@@ -95,13 +101,19 @@ fn norm_row(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn norm_row_avx512(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    norm_row_portable(x, w, eps, out)
+}
+
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn norm_row_avx2(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     norm_row_portable(x, w, eps, out)
 }
 
 /// Sixteen partial sums of `f(v)` over `x`, so the sum vectorizes; their total in a fixed
-/// order, so both builds give the same bits.
+/// order, so every build gives the same bits.
 #[inline(always)]
 fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut lanes = [0f32; 16];
@@ -219,6 +231,12 @@ fn softmax_row_portable(s: &[f32], mask: Option<&[bool]>, out: &mut [f32]) {
 
 fn geglu_row(a: &[f32], b: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F, checked just above.
+        unsafe { geglu_row_avx512(a, b, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, checked just above.
         unsafe { geglu_row_avx2(a, b, out) };
@@ -228,13 +246,19 @@ fn geglu_row(a: &[f32], b: &[f32], out: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn geglu_row_avx512(a: &[f32], b: &[f32], out: &mut [f32]) {
+    geglu_row_portable(a, b, out)
+}
+
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn geglu_row_avx2(a: &[f32], b: &[f32], out: &mut [f32]) {
     geglu_row_portable(a, b, out)
 }
 
-// No fused multiply-adds are written (Rust never contracts `a * b + c`), so both builds of
-// this loop give bit-identical results on every x86-64 CPU.
+// No fused multiply-adds are written (Rust never contracts `a * b + c`), so every build of
+// this loop (AVX-512, AVX2, baseline) gives bit-identical results on every x86-64 CPU.
 #[inline(always)]
 fn geglu_row_portable(a: &[f32], b: &[f32], out: &mut [f32]) {
     for ((o, &x), &g) in out.iter_mut().zip(a).zip(b) {
@@ -439,6 +463,52 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The AVX-512, AVX2 and baseline builds of the GeGLU and the norm give the same bits
+    /// (what lets the engine take the widest one the CPU has).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn every_build_gives_the_same_bits() {
+        use std::arch::is_x86_feature_detected as has;
+        let mut s = 0x1234_5678_u32;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32 - 0.5) * 12.0
+        };
+        let n = 1024 + 13;
+        let (a, b, w): (Vec<f32>, Vec<f32>, Vec<f32>) = (
+            (0..n).map(|_| next()).collect(),
+            (0..n).map(|_| next()).collect(),
+            (0..n).map(|_| next()).collect(),
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (mut g0, mut n0) = (vec![0f32; n], vec![0f32; n]);
+        super::geglu_row_portable(&a, &b, &mut g0);
+        super::norm_row_portable(&a, &w, 1e-5, &mut n0);
+        let mut builds = 0;
+        for (name, present) in [("avx2", has!("avx2")), ("avx512", has!("avx512f"))] {
+            if !present {
+                continue;
+            }
+            let (mut g, mut m) = (vec![0f32; n], vec![0f32; n]);
+            // SAFETY: the CPU has the build's features, checked just above.
+            unsafe {
+                if name == "avx2" {
+                    super::geglu_row_avx2(&a, &b, &mut g);
+                    super::norm_row_avx2(&a, &w, 1e-5, &mut m);
+                } else {
+                    super::geglu_row_avx512(&a, &b, &mut g);
+                    super::norm_row_avx512(&a, &w, 1e-5, &mut m);
+                }
+            }
+            assert_eq!(bits(&g), bits(&g0), "{name} GeGLU");
+            assert_eq!(bits(&m), bits(&n0), "{name} norm");
+            builds += 1;
+        }
+        println!("host builds checked against the baseline: {builds}");
     }
 
     #[test]
