@@ -5,7 +5,10 @@
 #
 #   bench/gpu/carry-cuda.sh [--build]
 #
-# The bundle (~15 MB): bin/{sys1rust,sys1rust-tests,cuda-tests,make-checkpoint} (stripped;
+# The bundle (~15 MB): bin/{sys1rust,sys1rust-tests,cuda-tests,make-checkpoint,cuda-profile}
+# (stripped; with BASE_BIN=<an earlier build of sys1rust> also bin/sys1rust-base, for
+# cuda.sh's `ab`, with BASE_PROFILE=<that build's cuda-profile> bin/cuda-profile-base, and
+# with MID_BIN=<an intermediate build> bin/sys1rust-mid;
 # Debian's OpenBLAS, which the GPU machine lacks, dropped from their needs: the CUDA engine
 # does no CPU BLAS), lib/ (libmlx.so of the CPU wheel and the libraries it bundles), wrk/
 # (Debian's wrk and LuaJIT, the load generator) and whl/ (upstream laya 0.4.15, pure Python).
@@ -29,17 +32,32 @@ for line in sys.stdin:
 if [ "${1:-}" = --build ]; then
   cargo build --release -p sys1rust --bins
   cargo build --release -p laya-mlx --example make-checkpoint
+  cargo build --release -p laya-cuda --example cuda-profile
 fi
 command -v patchelf >/dev/null || { echo "carry-cuda.sh: needs patchelf" >&2; exit 1; }
 rm -rf "$WORK" && mkdir -p "$WORK/bin" "$WORK/lib" "$WORK/wrk" "$WORK/whl" "$OUTD"
 sys1_tests=$(test_binary sys1rust)
 cuda_tests=$(test_binary laya-cuda)
 for pair in "sys1rust:target/release/sys1rust" "sys1rust-tests:$sys1_tests" "cuda-tests:$cuda_tests" \
-  "make-checkpoint:target/release/examples/make-checkpoint"; do
+  "make-checkpoint:target/release/examples/make-checkpoint" \
+  "cuda-profile:target/release/examples/cuda-profile"; do
   name=${pair%%:*} src=${pair#*:}
   strip -o "$WORK/bin/$name" "$src"
   patchelf --remove-needed libopenblas.so.0 "$WORK/bin/$name"
 done
+# A baseline binary for cuda.sh's `ab` phase (BASE_BIN: an earlier commit's sys1rust, built
+# the same way), so that a change is measured against what it replaces in the same call.
+if [ -n "${BASE_BIN:-}" ]; then
+  strip -o "$WORK/bin/sys1rust-base" "$BASE_BIN"
+  patchelf --remove-needed libopenblas.so.0 "$WORK/bin/sys1rust-base" 2>/dev/null || true
+fi
+if [ -n "${MID_BIN:-}" ]; then
+  strip -o "$WORK/bin/sys1rust-mid" "$MID_BIN"
+  patchelf --remove-needed libopenblas.so.0 "$WORK/bin/sys1rust-mid" 2>/dev/null || true
+fi
+if [ -n "${BASE_PROFILE:-}" ]; then
+  strip -o "$WORK/bin/cuda-profile-base" "$BASE_PROFILE"
+fi
 # sys1rust's tests start the server at the path baked in at build time: cuda.sh links it.
 echo "$ROOT/target/release/sys1rust" > "$WORK/bin/sys1rust.bin-path"
 cp .mlx/cpu/mlx/lib/libmlx.so .mlx/cpu/mlx_cpu.libs/* "$WORK/lib/"

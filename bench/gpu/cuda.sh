@@ -17,7 +17,7 @@
 #   served      `serve --engine cuda` over HTTP: answers of smoke (for parity), the 12 sizes,
 #               then wrk (carried) for WRK_SECONDS: s32_q1 at 16 clients (defaults), s32_q1 at
 #               64 clients (--max-concurrent 64), s512_q10 at 16 clients; and the same with
-#               --batch-tokens 0 (one request a pass) for comparison
+#               --batch-tokens 0 (one request a pass) for comparison (SERVED_ALONE=0: not)
 #   workers     two engine workers on the one GPU (--gpus 0,0) against one (--gpus 0): smoke's
 #               answers byte for byte (idle workers take turns, so both answer), and the
 #               served loads of `served`
@@ -25,6 +25,17 @@
 #   variants    `engine` and the served load with the GEMM algorithms picked at each of
 #               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS; `T/L` also sets the long
 #               passes' count, SYS1_CUDA_GEMM_LARGE_TOKENS, 0 for none)
+#   ab          the carried baseline binary (bin/sys1rust-base, see carry-cuda.sh) against this
+#               tree's in alternating rounds (AB_ROUNDS, 3): in-process AB_SHAPES and wrk with
+#               s32_q1 and s512_q10 at 16 clients, so a change is judged against what it
+#               replaces on the same machine in the same call. First, smoke's answers served
+#               by each (and by bin/sys1rust-mid, an intermediate build, when carried),
+#               compared with the baseline's byte for byte and, with PARITY_REF (upstream
+#               cpu-f32 answers for this very checkpoint, its sha256 file beside it), run
+#               through `parity`
+#   steps       `cuda-profile`'s GPU time of every step (STEP_SHAPES) for this tree and, when
+#               carried, the baseline's; then Nsight Compute's counters for the attention
+#               kernels of one 10x600 pass (NCU_KERNELS launches)
 #   router      GPU memory with three `large` resident, the latency of a reload after eviction
 #   upstream    upstream laya 0.4.15 in-process: cpu-f32 answers (the parity reference),
 #               cuda-stock, then cuda-compile within what is left of CALL_LIMIT
@@ -178,7 +189,7 @@ phase_served() {
     --log "$RES/sys1rust-cuda-http.log" > "$RES/sys1rust-cuda-http.json"
   say "served rc $?"
   load_runs shared
-  load_runs alone --batch-tokens 0
+  [ "${SERVED_ALONE:-1}" = 1 ] && load_runs alone --batch-tokens 0
   pack
 }
 
@@ -197,6 +208,16 @@ load_runs() { # label extra-args...
   stop_bg
 }
 
+# Two answer files of served.py, request by request: status and body byte for byte.
+compare_answers() { # a b
+  python3 - "$@" <<'EOF'
+import json, sys
+one, two = ([(d["id"], d["status"], json.dumps(d["result"])) for d in map(json.loads, open(p))] for p in sys.argv[1:])
+print(json.dumps({"requests": len(one), "identical": one == two,
+                  "differing": [a[0] for a, b in zip(one, two) if a != b]}))
+EOF
+}
+
 phase_workers() {
   local g
   for g in 0 0,0; do
@@ -206,12 +227,7 @@ phase_workers() {
       --answers "$RES/answers-workers-$g.jsonl" --shapes s64_q1 --runs 3 --warmup 1 \
       --log "$RES/workers-$g.log" > "$RES/workers-$g.json"
   done
-  python3 - "$RES/answers-workers-0.jsonl" "$RES/answers-workers-0,0.jsonl" > "$RES/workers-compare.json" <<'EOF'
-import json, sys
-one, two = ([(d["id"], d["status"], json.dumps(d["result"])) for d in map(json.loads, open(p))] for p in sys.argv[1:])
-print(json.dumps({"requests": len(one), "identical": one == two,
-                  "differing": [a[0] for a, b in zip(one, two) if a != b]}))
-EOF
+  compare_answers "$RES/answers-workers-0.jsonl" "$RES/answers-workers-0,0.jsonl" > "$RES/workers-compare.json"
   say "workers: $(cat "$RES/workers-compare.json")"
   load_runs gpus-0 --gpus 0
   load_runs gpus-00 --gpus 0,0
@@ -260,6 +276,90 @@ phase_variants() {
     )
     pack
   done
+}
+
+AB_ROUNDS=${AB_ROUNDS:-3}
+AB_SHAPES=${AB_SHAPES:-s128_q1,s512_q1,s256_q10,s512_q10}
+phase_ab() {
+  local base=$STAGE/bin/sys1rust-base r name
+  [ -x "$base" ] || { say "ab: no baseline binary carried"; return; }
+  [ -f "$STAGE/s32_q1.jsonl" ] || bodies "$SHORT" s32_q1 "$STAGE/s32_q1.jsonl"
+  [ -f "$STAGE/s512_q10.jsonl" ] || bodies "$SMOKE" s512_q10 "$STAGE/s512_q10.jsonl"
+  local names=(base new) bin
+  [ -x "$STAGE/bin/sys1rust-mid" ] && names+=(mid)
+  for name in "${names[@]}"; do
+    bin=$STAGE/bin/sys1rust-$name
+    [ "$name" = new ] && bin=$STAGE/bin/sys1rust
+    timeout -k 5 200 python3 "$ROOT/bench/gpu/served.py" --name "ab-$name" \
+      --cmd "$bin serve --model $CKPT --engine cuda --port 0" --workload "$SMOKE" \
+      --answers "$RES/answers-ab-$name.jsonl" --shapes s64_q1 --runs 3 --warmup 1 \
+      --log "$RES/ab-answers-$name.log" > "$RES/ab-answers-$name.json"
+    [ "$name" = base ] && continue
+    compare_answers "$RES/answers-ab-base.jsonl" "$RES/answers-ab-$name.jsonl" > "$RES/ab-compare-$name.json"
+    say "ab answers, $name against base: $(cat "$RES/ab-compare-$name.json")"
+  done
+  if [ -n "${PARITY_REF:-}" ]; then
+    if [ "$(cut -d' ' -f1 "$(dirname "$PARITY_REF")/checkpoint.sha256")" = "$(cut -d' ' -f1 "$RES/checkpoint.sha256")" ]; then
+      local args=()
+      for name in "${names[@]}"; do args+=("ab-$name=$RES/answers-ab-$name.jsonl"); done
+      python3 "$ROOT/bench/gpu/parity.py" "$PARITY_REF" "${args[@]}" > "$RES/parity-ab.json"
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print("parity", k, v.get("max_abs_err"), v.get("p99_abs_err"), v.get("flips_outside_ties"), v.get("pass")) for k, v in d["contenders"].items()]' \
+        "$RES/parity-ab.json" >&2
+    else
+      say "PARITY_REF was made on another checkpoint: parity skipped"
+    fi
+  fi
+  for r in $(seq 1 "$AB_ROUNDS"); do
+    for name in base new; do
+      # serve_bg starts $SYS1: this round's binary.
+      local SYS1=$STAGE/bin/sys1rust
+      [ "$name" = base ] && SYS1=$base
+      timeout -k 5 200 "$SYS1" bench --model "$CKPT" --engine cuda --workload "$SMOKE" \
+        --shapes "$AB_SHAPES" --runs "$RUNS" --warmup "$WARMUP" \
+        > "$RES/ab-$name-$r.json" 2> "$RES/ab-$name-$r.log"
+      say "ab $name round $r: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%s:%.2f" % (s["shape"], s["median_ms"]) for s in d["shapes"]))' "$RES/ab-$name-$r.json")"
+      serve_bg "ab-$name-$r"
+      wrk_run "ab-$name-$r-s32_q1-c16" "$STAGE/s32_q1.jsonl" 16
+      # The short load's last requests leave the server before the long one starts (wrk
+      # stops without waiting for the answers in flight, whose slots are still held).
+      sleep 1
+      wrk_run "ab-$name-$r-s512_q10-c16" "$STAGE/s512_q10.jsonl" 16
+      stop_bg
+    done
+    pack
+  done
+}
+
+STEP_SHAPES=${STEP_SHAPES:-1x150 1x600 4x600 10x600}
+NCU_KERNELS=${NCU_KERNELS:-6}
+phase_steps() {
+  local name bin
+  for name in new base; do
+    bin=$STAGE/bin/cuda-profile
+    [ "$name" = base ] && bin=$STAGE/bin/cuda-profile-base
+    [ -x "$bin" ] || continue
+    # shellcheck disable=SC2086 # the shapes are separate arguments
+    timeout -k 5 200 "$bin" "$CKPT" $STEP_SHAPES > "$RES/steps-$name.jsonl" 2> "$RES/steps-$name.log"
+    say "steps $name rc $?"
+    python3 - "$RES/steps-$name.jsonl" <<'EOF' >&2
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    att = {k: round(v) for k, v in d["steps_us"].items() if "attention" in k}
+    print(d["shape"], "run ms %.3f" % d["run_ms_median"], "gpu us", d["gpu_pass_us"], att)
+EOF
+  done
+  if command -v ncu >/dev/null; then
+    # The first 10x600 pass runs kernel by kernel: its attention launches are the ones read.
+    ITERS=1 timeout -k 5 240 ncu --clock-control none -k regex:attention_mma -c "$NCU_KERNELS" \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section InstructionStats \
+      "$STAGE/bin/cuda-profile" "$CKPT" 10x600 > "$RES/ncu-attention.txt" 2>&1
+    say "ncu rc $?"
+    grep -E "attention_mma|Duration|Compute \(SM\) Throughput|Issue Slots Busy|Executed Ipc A|Achieved Occupancy|Registers Per|Warp Cycles Per Issued" \
+      "$RES/ncu-attention.txt" | head -n 60 >&2
+  fi
+  pack
 }
 
 phase_router() {
