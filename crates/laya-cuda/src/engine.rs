@@ -108,7 +108,7 @@ impl Kernels {
             gather_norm: module.function("gather_norm")?,
             geglu: module.function("geglu")?,
             rope_qk: module.function("rope_qk")?,
-            attention_mma: module.function("attention_mma")?,
+            attention_mma: module.function_max_shared("attention_mma")?,
             attention_rows: module.function("attention_rows")?,
             scorer_out: module.function("scorer_out")?,
             act_hidden: module.function("act_hidden")?,
@@ -663,6 +663,10 @@ impl CudaEngine {
             };
 
         let half_window = e.half_window() as i32;
+        // GeGLU: each thread takes 8 columns of a token, one to a few blocks a token.
+        let geglu_threads = (inter / 8).div_ceil(32) * 32;
+        let geglu_block = geglu_threads.min(1024) as u32;
+        let geglu_blocks = geglu_threads.div_ceil(1024) as u32;
         for layer in &w.layers {
             if let Some(norm) = &layer.attn_norm {
                 norm16(work.x.ptr(), norm.ptr(), 0, work.a.ptr(), t, eps)?;
@@ -719,7 +723,7 @@ impl CudaEngine {
                 .ptr(work.g.ptr())
                 .i32(ti)
                 .i32(ii)
-                .launch(k.geglu, grid_for(t * inter / 8, 256), 256, 0, stream)?;
+                .launch(k.geglu, (t as u32, geglu_blocks, 1), geglu_block, 0, stream)?;
             mark("geglu")?;
             gemm(
                 Kind::Residual,

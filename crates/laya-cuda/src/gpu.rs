@@ -401,6 +401,24 @@ impl Module {
         unsafe { result::module::get_function(self.module, cname) }
             .map_err(drv("cuModuleGetFunction"))
     }
+
+    /// The kernel `name`, with the multiprocessor's on-chip memory split in favour of shared
+    /// memory: a kernel whose blocks each take tens of kilobytes of it otherwise gets the
+    /// driver's default split, which can hold fewer of its blocks at a time than its
+    /// registers allow.
+    pub fn function_max_shared(&self, name: &str) -> Result<sys::CUfunction, CudaError> {
+        let f = self.function(name)?;
+        // SAFETY: a kernel of this loaded module; 100 (%) is the largest carveout.
+        unsafe {
+            result::function::set_function_attribute(
+                f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                100,
+            )
+        }
+        .map_err(drv("cuFuncSetAttribute"))?;
+        Ok(f)
+    }
 }
 
 impl Drop for Module {

@@ -220,12 +220,12 @@ extern "C" __global__ void gather_norm(const float* __restrict__ h, const int* _
 
 // ---------------------------------------------------------------------------------------
 // GeGLU: g = GELU(wi[:, :I]) ⊙ wi[:, I:], 8 values per thread (I % 8 == 0).
+// Block (t, y) covers token t's columns from y · blockDim · 8: the token comes from the grid,
+// not from a 64-bit division of a flat index, which cost about as much as the GELUs.
 extern "C" __global__ void geglu(const f16* __restrict__ wi, f16* __restrict__ g, int n, int inter) {
-    const int per_row = inter >> 3;
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)n * per_row) return;
-    const size_t t = idx / per_row;
-    const int i = (int)(idx % per_row) * 8;
+    const size_t t = blockIdx.x;
+    const int i = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
+    if ((int)t >= n || i >= inter) return;
     const uint4 a = *reinterpret_cast<const uint4*>(wi + t * 2 * inter + i);
     const uint4 b = *reinterpret_cast<const uint4*>(wi + t * 2 * inter + inter + i);
     uint4 r;
@@ -264,13 +264,23 @@ __device__ __forceinline__ void ldsm_x4_t(u32* r, const void* p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
 }
-// c += a · b for one m16n8k16 tile, f16 inputs, f32 accumulators.
+// c += a · b for one m16n8k16 tile, f16 inputs, f32 accumulators. Registers in and out
+// only, so not volatile: the compiler may interleave it with the loads and the softmax.
 __device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x by the special-function unit alone. exp2f gives the same value wherever 2^x is at
+// least 2^-126 and a subnormal below; this gives 0 there. Attention's probabilities below
+// 2^-126 become 0 as f16 either way, and their row sum is added to a sum of at least 1.
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 __device__ __forceinline__ void unpack8(const uint4& a, float* x) {
@@ -343,12 +353,35 @@ __device__ __forceinline__ void tile_async(f16* s, const f16* __restrict__ src, 
     }
 }
 
+// Queues this thread's share of the key and value rows [r0, r0 + 64) ∩ [.., rend) of one
+// head: rows sr, sr + 16, sr + 32, sr + 48 at the columns `k` and `v` already point to (this
+// thread's 8 of the head's 64), into the shared tiles whose matching pieces start at the
+// shared addresses `dk` and `dv`. Rows at or past `rend` become zeros. One row offset serves
+// both copies, so a piece costs a multiply-add and two copies rather than a full address
+// computation each.
+__device__ __forceinline__ void kv_async(u32 dk, u32 dv, const f16* __restrict__ k, const f16* __restrict__ v,
+                                         int ld, int r0, int rend, int sr) {
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+        const int row = r0 + sr + it * 16;
+        const bool ok = row < rend;
+        const size_t off = (size_t)(ok ? row : 0) * ld;
+        const int bytes = ok ? 16 : 0;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dk + it * 16 * SROW * 2), "l"(k + off), "r"(bytes));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dv + it * 16 * SROW * 2), "l"(v + off), "r"(bytes));
+    }
+}
+
 // Flash-attention on tensor cores (RoPE already applied, see rope_qk): one block = one query
 // tile of `tiles` (up to 64 tokens of one row) × one head, 4 warps of 16 queries. Keys run in
 // tiles of 64 counted from the row's start, double-buffered with asynchronous copies; online
 // softmax in f32 (base 2), P rounded to f16 for P·V as fused attention kernels do. A query's
 // result depends only on its own row, not on the rows packed around it.
-extern "C" __global__ void __launch_bounds__(128)
+//
+// Most of a tile's instructions are the softmax's, not the tensor cores': a key tile that
+// every query of a warp sees whole skips the mask (warp-uniform), and the probabilities'
+// exp2 is the bare special-function instruction (ex2_ftz). Both leave every bit as it was.
+extern "C" __global__ void __launch_bounds__(128, 4)
 attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* __restrict__ v, int ld,
               f16* __restrict__ out, int out_ld, const int* __restrict__ tiles,
               const int* __restrict__ tok_start, const int* __restrict__ tok_end, int window, float scale) {
@@ -370,12 +403,16 @@ attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* _
     const int kt0 = rs + ((klo - rs) / BK) * BK;
     const int ntiles = (khi - kt0 + BK - 1) / BK;
 
+    // This thread's pieces of the key and value tiles: rows tid / 8 + 16·i, columns c8.
+    const int sr = tid >> 3, c8 = (tid & 7) * 8;
+    const f16* kc = k + col + c8;
+    const f16* vc = v + col + c8;
+    const u32 dk0 = smem_addr(&sk[0][sr * SROW + c8]), dv0 = smem_addr(&sv[0][sr * SROW + c8]);
+    constexpr u32 STAGE = BK * SROW * 2;  // bytes between the two stages of sk (and of sv)
+
     tile_async(sq, q, ld, col, q0, qend, tid);
     cp_async_commit();
-    if (ntiles > 0) {
-        tile_async(sk[0], k, ld, col, kt0, khi, tid);
-        tile_async(sv[0], v, ld, col, kt0, khi, tid);
-    }
+    if (ntiles > 0) kv_async(dk0, dv0, kc, vc, ld, kt0, khi, sr);
     cp_async_commit();
 
     // This thread's two query rows (the m16n8 accumulator layout) and their key ranges.
@@ -388,6 +425,15 @@ attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* _
     if (qi1 < qend) {
         lo1 = window >= 0 ? max(rs, qi1 - window) : rs;
         hi1 = window >= 0 ? min(re, qi1 + window + 1) : re;
+    }
+    // The keys all 16 queries of this warp see, [flo, fhi) (none unless the warp's 16
+    // queries are all in the tile): a query's keys are one interval whose ends grow with the
+    // query, so the warp's last query bounds them below and its first above.
+    const int wq0 = q0 + warp * 16;
+    int flo = 1, fhi = 0;
+    if (wq0 + 16 <= qend) {
+        flo = window >= 0 ? max(rs, wq0 + 15 - window) : rs;
+        fhi = window >= 0 ? min(re, wq0 + window + 1) : re;
     }
 
     cp_async_wait<1>();
@@ -404,10 +450,7 @@ attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* _
 
     for (int m = 0; m < ntiles; ++m) {
         const int kt = kt0 + m * BK, st = m & 1;
-        if (m + 1 < ntiles) {
-            tile_async(sk[st ^ 1], k, ld, col, kt + BK, khi, tid);
-            tile_async(sv[st ^ 1], v, ld, col, kt + BK, khi, tid);
-        }
+        if (m + 1 < ntiles) kv_async(dk0 + (st ^ 1) * STAGE, dv0 + (st ^ 1) * STAGE, kc, vc, ld, kt + BK, khi, sr);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
@@ -425,18 +468,42 @@ attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* _
             }
         }
 
-        float mx0 = NEG_INF, mx1 = NEG_INF;
+        if (kt >= flo && kt + BK <= fhi) {
+            // __fmul_rn: the product is rounded on its own, never fused with the subtraction
+            // below, as in the masked branch.
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int kj = kt + j * 8 + (lane & 3) * 2 + (e & 1);
-                const bool ok = e < 2 ? (kj >= lo0 && kj < hi0) : (kj >= lo1 && kj < hi1);
-                const float val = ok ? s[j][e] * sl2 : NEG_INF;
-                s[j][e] = val;
-                if (e < 2) mx0 = fmaxf(mx0, val);
-                else mx1 = fmaxf(mx1, val);
+                for (int e = 0; e < 4; ++e) s[j][e] = __fmul_rn(s[j][e], sl2);
+        } else {
+            // Relative to this thread's first column of the tile, [a, b) is visible.
+            const int kb = kt + (lane & 3) * 2;
+            const int a0 = lo0 - kb, b0 = hi0 - kb, a1 = lo1 - kb, b1 = hi1 - kb;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int c = j * 8 + (e & 1);
+                    const bool ok = e < 2 ? (c >= a0 && c < b0) : (c >= a1 && c < b1);
+                    s[j][e] = ok ? __fmul_rn(s[j][e], sl2) : NEG_INF;
+                }
+        }
+        // Each row's largest score as a tree (a maximum is exact in any order), so the
+        // chain of dependent steps is 4 long, not 16.
+        float t0[8], t1[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            t0[j] = fmaxf(s[j][0], s[j][1]);
+            t1[j] = fmaxf(s[j][2], s[j][3]);
+        }
+#pragma unroll
+        for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+            for (int j = 0; j < w; ++j) {
+                t0[j] = fmaxf(t0[j], t0[j + w]);
+                t1[j] = fmaxf(t1[j], t1[j + w]);
             }
+        float mx0 = t0[0], mx1 = t1[0];
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
@@ -452,19 +519,23 @@ attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* _
         for (int j = 0; j < 8; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const float p = exp2f(s[j][e] - (e < 2 ? base0 : base1));
+                const float p = ex2_ftz(s[j][e] - (e < 2 ? base0 : base1));
                 s[j][e] = p;
                 if (e < 2) rs0 += p;
                 else rs1 += p;
             }
         l0 = l0 * al0 + rs0;
         l1 = l1 * al1 + rs1;
+        // Once a row's maximum settles its factor is exactly 1: the rescale is skipped when
+        // it is 1 for every row of the warp.
+        if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            o[j][0] *= al0;
-            o[j][1] *= al0;
-            o[j][2] *= al1;
-            o[j][3] *= al1;
+            for (int j = 0; j < 8; ++j) {
+                o[j][0] *= al0;
+                o[j][1] *= al0;
+                o[j][2] *= al1;
+                o[j][3] *= al1;
+            }
         }
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
