@@ -91,6 +91,7 @@ struct Kernels {
     rope_qk: cudarc::driver::sys::CUfunction,
     attention_mma: cudarc::driver::sys::CUfunction,
     attention_rows: cudarc::driver::sys::CUfunction,
+    scorer_hidden: cudarc::driver::sys::CUfunction,
     scorer_out: cudarc::driver::sys::CUfunction,
     act_hidden: cudarc::driver::sys::CUfunction,
     act_out: cudarc::driver::sys::CUfunction,
@@ -110,6 +111,7 @@ impl Kernels {
             rope_qk: module.function("rope_qk")?,
             attention_mma: module.function_max_shared("attention_mma")?,
             attention_rows: module.function("attention_rows")?,
+            scorer_hidden: module.function("scorer_hidden")?,
             scorer_out: module.function("scorer_out")?,
             act_hidden: module.function("act_hidden")?,
             act_out: module.function("act_out")?,
@@ -226,6 +228,8 @@ impl std::fmt::Debug for CudaEngine {
 }
 
 const HEAD_NORM_EPS: f32 = 1e-5;
+/// Selected rows per block of `scorer_hidden` (`SCORER_ROWS` in kernels.cu).
+const SCORER_ROWS: usize = 32;
 const NORM_ROWS_PER_BLOCK: usize = 8;
 
 fn grid_for(n: usize, per_block: usize) -> (u32, u32, u32) {
@@ -941,17 +945,21 @@ impl CudaEngine {
                 .f32(HEAD_NORM_EPS)
                 .launch(k.norm_f32, sel_grid, norm_block, 0, stream)?;
             mark("scorer norm")?;
-            gemm(
-                Kind::FullBias,
-                s,
-                d,
-                d,
-                work.z.ptr(),
-                w.scorer_w1.ptr(),
-                w.scorer_b1.ptr(),
-                work.u.ptr(),
-            )?;
-            mark("scorer gemm")?;
+            Args::new()
+                .ptr(work.z.ptr())
+                .ptr(w.scorer_w1.ptr())
+                .ptr(w.scorer_b1.ptr())
+                .ptr(work.u.ptr())
+                .i32(si)
+                .i32(di)
+                .launch(
+                    k.scorer_hidden,
+                    (d.div_ceil(8) as u32, s.div_ceil(SCORER_ROWS) as u32, 1),
+                    256,
+                    0,
+                    stream,
+                )?;
+            mark("scorer linear")?;
             Args::new()
                 .ptr(work.u.ptr())
                 .ptr(w.scorer_w3.ptr())

@@ -52,17 +52,9 @@ pub enum Kind {
     Residual,
     /// f16 in, `y += · + b` on an f32 residual stream (f32 bias).
     ResidualBias,
-    /// All f32, `+ b` (f32 bias): the scorer.
-    FullBias,
 }
 
 impl Kind {
-    fn in_type(self) -> sys::cudaDataType {
-        match self {
-            Kind::FullBias => sys::cudaDataType::CUDA_R_32F,
-            _ => sys::cudaDataType::CUDA_R_16F,
-        }
-    }
     fn out_type(self) -> sys::cudaDataType {
         match self {
             Kind::Half | Kind::HalfBias | Kind::HalfReluBias => sys::cudaDataType::CUDA_R_16F,
@@ -351,7 +343,7 @@ impl Blas {
                 std::mem::size_of_val(&bt),
             )?;
         }
-        let (tin, tout) = (s.kind.in_type(), s.kind.out_type());
+        let (tin, tout) = (sys::cudaDataType::CUDA_R_16F, s.kind.out_type());
         plan.a = lt::create_matrix_layout(tin, s.inp as u64, s.out as u64, s.inp as i64)
             .map_err(blas("cublasLtMatrixLayoutCreate"))?;
         plan.b = lt::create_matrix_layout(tin, s.inp as u64, s.tokens as u64, s.inp as i64)
@@ -751,7 +743,6 @@ struct Probe {
     w: u64,
     bias: u64,
     out_elem: usize,
-    in_elem: usize,
 }
 
 impl Probe {
@@ -759,17 +750,10 @@ impl Probe {
         let n = PROBE_LARGE * family.inp;
         // Values in [-1, 1) on a 1/128 grid: exact in f16.
         let value = |i: usize| ((i.wrapping_mul(2_654_435_761) >> 13) & 0xff) as f32 / 128.0 - 1.0;
-        let (x, in_elem) = if family.kind.in_type() == sys::cudaDataType::CUDA_R_32F {
-            (
-                DeviceBuf::from_slice(&(0..n).map(value).collect::<Vec<f32>>())?,
-                4,
-            )
-        } else {
-            let bits: Vec<u16> = (0..n)
-                .map(|i| half::f16::from_f32(value(i)).to_bits())
-                .collect();
-            (DeviceBuf::from_slice(&bits)?, 2)
-        };
+        let bits: Vec<u16> = (0..n)
+            .map(|i| half::f16::from_f32(value(i)).to_bits())
+            .collect();
+        let x = DeviceBuf::from_slice(&bits)?;
         let out_elem = if family.kind.out_type() == sys::cudaDataType::CUDA_R_16F {
             2
         } else {
@@ -781,7 +765,6 @@ impl Probe {
             w: g.w,
             bias: g.bias,
             out_elem,
-            in_elem,
         })
     }
 
@@ -825,7 +808,7 @@ impl Probe {
                 stream,
             )
             .and_then(|_| {
-                let x = self.x.at(offset * f.inp * self.in_elem);
+                let x = self.x.at(offset * f.inp * 2);
                 blas.launch(small, alone, &gemm(PROBE_SMALL, x, tail.ptr()), stream)
             });
         for ((n, plan), out) in counts.iter().zip(&outs) {

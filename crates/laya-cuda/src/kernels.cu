@@ -646,6 +646,35 @@ attention_rows(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_to
 
 // ---------------------------------------------------------------------------------------
 // §3.4 tail of the scorer: logit = scorer.3 · GELU(u) + b, one warp per selected position.
+// §3.4, the scorer's first linear layer in f32: u = z · W1ᵀ + b1 over `n` selected rows.
+// Block (x, y): outputs 8x .. 8x + 7 (one warp each, its weight row held in registers as the
+// row kernels hold a row) for rows 32y .. 32y + 31. Each output is one lane-ordered sum and a
+// fixed shuffle tree, so a row's values do not depend on the rows beside it. These few rows
+// are too few for a GEMM library's tiles: cuBLASLt's f32 kernel, picked for 512 rows so that
+// every pass uses one algorithm, put its whole work on 8 blocks.
+#define SCORER_ROWS 32
+extern "C" __global__ void __launch_bounds__(256)
+scorer_hidden(const float* __restrict__ z, const float* __restrict__ w1, const float* __restrict__ b1,
+              float* __restrict__ u, int n, int d) {
+    const int lane = threadIdx.x & 31;
+    const int o = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (o >= d) return;
+    const int nc = (d + 255) >> 8;
+    float w[MAXC * 8];
+    load_row_f32(w1 + (size_t)o * d, d, nc, lane, w);
+    const float bias = b1[o];
+    const int r1 = min(n, (blockIdx.y + 1) * SCORER_ROWS);
+    for (int r = blockIdx.y * SCORER_ROWS; r < r1; ++r) {
+        float x[MAXC * 8];
+        load_row_f32(z + (size_t)r * d, d, nc, lane, x);
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < MAXC * 8; ++i) acc = fmaf(w[i], x[i], acc);
+        acc = warp_sum(acc);
+        if (lane == 0) u[(size_t)r * d + o] = acc + bias;
+    }
+}
+
 extern "C" __global__ void scorer_out(const float* __restrict__ u, const float* __restrict__ w3,
                                       const float* __restrict__ b3, float* __restrict__ logits, int n,
                                       int d) {
