@@ -91,6 +91,7 @@ struct Kernels {
     rope_qk: cudarc::driver::sys::CUfunction,
     attention_mma: cudarc::driver::sys::CUfunction,
     attention_rows: cudarc::driver::sys::CUfunction,
+    attention_sel: cudarc::driver::sys::CUfunction,
     scorer_hidden: cudarc::driver::sys::CUfunction,
     scorer_out: cudarc::driver::sys::CUfunction,
     act_hidden: cudarc::driver::sys::CUfunction,
@@ -111,6 +112,7 @@ impl Kernels {
             rope_qk: module.function("rope_qk")?,
             attention_mma: module.function_max_shared("attention_mma")?,
             attention_rows: module.function("attention_rows")?,
+            attention_sel: module.function("attention_sel")?,
             scorer_hidden: module.function("scorer_hidden")?,
             scorer_out: module.function("scorer_out")?,
             act_hidden: module.function("act_hidden")?,
@@ -882,14 +884,13 @@ impl CudaEngine {
                 .i32(di)
                 .ptr(meta(o.key_start))
                 .ptr(meta(o.key_end))
-                .ptr(meta(o.pos))
-                .ptr(0)
-                .ptr(0)
-                .i32(-1)
+                .ptr(meta(o.row_sel))
+                .ptr(meta(o.row_nmark))
+                .ptr(meta(o.nrows))
                 .i32(si)
                 .i32(heads as i32)
                 .f32(scale)
-                .launch(k.attention_rows, ((s * heads) as u32, 1, 1), 128, 0, stream)?;
+                .launch(k.attention_sel, ((s * heads) as u32, 1, 1), 128, 0, stream)?;
             mark("head attention (selected)")?;
             gemm(
                 Kind::ResidualBias,

@@ -646,6 +646,111 @@ attention_rows(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_to
 
 // ---------------------------------------------------------------------------------------
 // §3.4 tail of the scorer: logit = scorer.3 · GELU(u) + b, one warp per selected position.
+// The decision head's last layer reads only the selected positions (position 0 and the
+// markers of each row): attention for those queries alone, one block of 4 warps per (query,
+// head), exact f32 softmax, no RoPE, no window. The block works as 16 groups of 8 lanes, each
+// lane holding 8 of the head's 64 dimensions, so each key or value row is read by its group
+// in one 128-byte load and the groups' loads are independent of each other: scores (a group
+// per key, its 8 partial sums added in a fixed tree), the chunk's maximum over the block,
+// probabilities, then P·V (a group per key again, 8 accumulators a lane). Keys go in chunks
+// of SEL_CHUNK with the running maximum rescaling what came before. Every sum runs in a fixed
+// order over the query's own row, whatever the rows beside it. Selections past the pass's
+// last row (padding) are written as zeros.
+#define SEL_CHUNK 512
+extern "C" __global__ void __launch_bounds__(128)
+attention_sel(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_tok, const f16* __restrict__ k,
+              const f16* __restrict__ v, int kv_ld, f16* __restrict__ out, int out_ld,
+              const int* __restrict__ tok_start, const int* __restrict__ tok_end,
+              const int* __restrict__ row_sel, const int* __restrict__ row_nmark, const int* __restrict__ nrows,
+              int n, int heads, float scale) {
+    __shared__ float ps[SEL_CHUNK];
+    __shared__ float red[4];
+    __shared__ float part[16][65];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int grp = tid >> 3, c8 = (tid & 7) * 8;
+    const int i = blockIdx.x / heads, col = (blockIdx.x % heads) * HD;
+    if (i >= n) return;
+    const int rows = nrows[0];
+    const int used = rows > 0 ? row_sel[rows - 1] + 1 + row_nmark[rows - 1] : 0;
+    if (i >= used) {
+        if (tid < 64) out[(size_t)i * out_ld + col + tid] = 0;
+        return;
+    }
+    const int t = q_tok[i];
+    const int lo = tok_start[t], hi = tok_end[t];
+    float qv[8];
+    unpack8(*reinterpret_cast<const uint4*>(q + (size_t)i * q_ld + col + c8), qv);
+    const f16* kc = k + col + c8;
+    const f16* vc = v + col + c8;
+
+    float m = NEG_INF, l = 0.f, acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+    for (int c0 = lo; c0 < hi; c0 += SEL_CHUNK) {
+        const int c1 = min(hi, c0 + SEL_CHUNK);
+        float cmax = NEG_INF;
+        // The loop runs the same number of times in every lane of a warp (the shuffles need
+        // all 32); a group past the chunk's end computes nothing it keeps.
+#pragma unroll 4
+        for (int jw = c0 + warp * 4; jw < c1; jw += 16) {
+            const int j = jw + (lane >> 3);
+            const bool live = j < c1;
+            float kv[8];
+            unpack8(*reinterpret_cast<const uint4*>(kc + (size_t)(live ? j : lo) * kv_ld), kv);
+            float sc = 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) sc = fmaf(qv[e], kv[e], sc);
+            sc += __shfl_xor_sync(0xffffffffu, sc, 1);
+            sc += __shfl_xor_sync(0xffffffffu, sc, 2);
+            sc += __shfl_xor_sync(0xffffffffu, sc, 4);
+            sc *= scale;
+            if (live) {
+                if ((lane & 7) == 0) ps[j - c0] = sc;
+                cmax = fmaxf(cmax, sc);
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, o));
+        if (lane == 0) red[warp] = cmax;
+        __syncthreads();
+        const float mn = fmaxf(m, fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])));
+        // The first chunk has no earlier sum to rescale (and no −inf − −inf).
+        const float al = m == NEG_INF ? 0.f : expf(m - mn);
+        l *= al;
+        for (int j = c0 + tid; j < c1; j += 128) {
+            const float p = expf(ps[j - c0] - mn);
+            ps[j - c0] = p;
+            l += p;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] *= al;
+#pragma unroll 4
+        for (int j = c0 + grp; j < c1; j += 16) {
+            const float p = ps[j - c0];
+            float vv[8];
+            unpack8(*reinterpret_cast<const uint4*>(vc + (size_t)j * kv_ld), vv);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] = fmaf(p, vv[e], acc[e]);
+        }
+        m = mn;
+        // ps and red are rewritten by the next chunk.
+        __syncthreads();
+    }
+    const float wl = warp_sum(l);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) part[grp][c8 + e] = acc[e];
+    if (lane == 0) red[warp] = wl;
+    __syncthreads();
+    if (tid < 64) {
+        const float total = red[0] + red[1] + red[2] + red[3];
+        float a = 0.f;
+#pragma unroll
+        for (int g = 0; g < 16; ++g) a += part[g][tid];
+        out[(size_t)i * out_ld + col + tid] = f2h(total > 0.f ? a / total : 0.f);
+    }
+}
+
 // §3.4, the scorer's first linear layer in f32: u = z · W1ᵀ + b1 over `n` selected rows.
 // Block (x, y): outputs 8x .. 8x + 7 (one warp each, its weight row held in registers as the
 // row kernels hold a row) for rows 32y .. 32y + 31. Each output is one lane-ordered sum and a
