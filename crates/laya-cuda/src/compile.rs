@@ -62,15 +62,31 @@ pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
 
 /// The options NVRTC gets for compute capability `cc` (e.g. `(9, 0)`) and a model of hidden
 /// size `hidden`: the row kernels hold a row in registers, sized to the model
-/// (`LAYA_MAXC` 256-wide chunks), so they use no more registers than the row needs.
+/// (`LAYA_MAXC` 256-wide chunks), so they use no more registers than the row needs; the
+/// tensor-core attention asks for as many blocks a multiprocessor as its shared memory
+/// allows there (`LAYA_ATT_BLOCKS`).
 fn options(cc: (i32, i32), hidden: usize) -> Vec<String> {
     vec![
         format!("--gpu-architecture=sm_{}{}", cc.0, cc.1),
         format!("-DLAYA_MAXC={}", hidden.div_ceil(256).clamp(1, 8)),
+        format!("-DLAYA_ATT_BLOCKS={}", attention_blocks(cc)),
         "--std=c++17".into(),
         // No --use_fast_math: erf, exp and division stay exact, as upstream's are.
         "-default-device".into(),
     ]
+}
+
+/// Blocks of `attention_mma` (45 KB of shared memory each, 1 KB more reserved) that fit one
+/// multiprocessor's shared memory: 228 KB on Hopper and the data-centre Blackwells, 164 KB on
+/// the A100 and Orin, about 100 KB on the other Ampere, Ada and consumer parts. Asking for
+/// more would only cap the kernel's registers below what it needs (it spills at 128 on
+/// sm_80) without another block to show for it.
+fn attention_blocks(cc: (i32, i32)) -> u32 {
+    match cc {
+        (9, _) | (10, _) | (11, _) => 4,
+        (8, 0) | (8, 7) => 3,
+        _ => 2,
+    }
 }
 
 /// Compiles [`KERNELS`] for compute capability `cc` and hidden size `hidden`, through the

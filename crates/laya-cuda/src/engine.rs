@@ -230,7 +230,7 @@ impl std::fmt::Debug for CudaEngine {
 }
 
 const HEAD_NORM_EPS: f32 = 1e-5;
-/// Selected rows per block of `scorer_hidden` (`SCORER_ROWS` in kernels.cu).
+/// Selected rows per block of `scorer_hidden`.
 const SCORER_ROWS: usize = 32;
 const NORM_ROWS_PER_BLOCK: usize = 8;
 
@@ -873,7 +873,7 @@ impl CudaEngine {
                 work.q_s.ptr(),
             )?;
             mark("head gemm q (selected)")?;
-            Args::new()
+            let selected = Args::new()
                 .ptr(work.q_s.ptr())
                 .i32(di)
                 .ptr(meta(o.sel))
@@ -883,14 +883,29 @@ impl CudaEngine {
                 .ptr(work.att_s.ptr())
                 .i32(di)
                 .ptr(meta(o.key_start))
-                .ptr(meta(o.key_end))
-                .ptr(meta(o.row_sel))
-                .ptr(meta(o.row_nmark))
-                .ptr(meta(o.nrows))
-                .i32(si)
-                .i32(heads as i32)
-                .f32(scale)
-                .launch(k.attention_sel, ((s * heads) as u32, 1, 1), 128, 0, stream)?;
+                .ptr(meta(o.key_end));
+            let grid = ((s * heads) as u32, 1, 1);
+            match self.settings.attention {
+                Attention::TensorCore => selected
+                    .ptr(meta(o.row_sel))
+                    .ptr(meta(o.row_nmark))
+                    .ptr(meta(o.nrows))
+                    .i32(si)
+                    .i32(heads as i32)
+                    .f32(scale)
+                    .launch(k.attention_sel, grid, 128, 0, stream)?,
+                // The reference path keeps its own kernel here too, so the tests that compare
+                // the two paths check attention_sel against an independent one.
+                Attention::Rows => selected
+                    .ptr(meta(o.pos))
+                    .ptr(0)
+                    .ptr(0)
+                    .i32(-1)
+                    .i32(si)
+                    .i32(heads as i32)
+                    .f32(scale)
+                    .launch(k.attention_rows, grid, 128, 0, stream)?,
+            }
             mark("head attention (selected)")?;
             gemm(
                 Kind::ResidualBias,
@@ -953,6 +968,7 @@ impl CudaEngine {
                 .ptr(work.u.ptr())
                 .i32(si)
                 .i32(di)
+                .i32(SCORER_ROWS as i32)
                 .launch(
                     k.scorer_hidden,
                     (d.div_ceil(8) as u32, s.div_ceil(SCORER_ROWS) as u32, 1),

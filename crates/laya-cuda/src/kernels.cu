@@ -276,7 +276,9 @@ __device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1)
 
 // 2^x by the special-function unit alone. exp2f gives the same value wherever 2^x is at
 // least 2^-126 and a subnormal below; this gives 0 there. Attention's probabilities below
-// 2^-126 become 0 as f16 either way, and their row sum is added to a sum of at least 1.
+// 2^-126 become 0 as f16 either way. A lane's partial row sum can differ by such a value,
+// but the row's total adds up the partial sums of its four lanes, one of which holds the
+// row's maximum (a probability of 1): a difference below 2^-126 vanishes in that sum.
 __device__ __forceinline__ float ex2_ftz(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -381,7 +383,11 @@ __device__ __forceinline__ void kv_async(u32 dk, u32 dv, const f16* __restrict__
 // Most of a tile's instructions are the softmax's, not the tensor cores': a key tile that
 // every query of a warp sees whole skips the mask (warp-uniform), and the probabilities'
 // exp2 is the bare special-function instruction (ex2_ftz). Both leave every bit as it was.
-extern "C" __global__ void __launch_bounds__(128, 4)
+// Blocks a multiprocessor should hold (compile.rs sets it per architecture).
+#ifndef LAYA_ATT_BLOCKS
+#define LAYA_ATT_BLOCKS 2
+#endif
+extern "C" __global__ void __launch_bounds__(128, LAYA_ATT_BLOCKS)
 attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* __restrict__ v, int ld,
               f16* __restrict__ out, int out_ld, const int* __restrict__ tiles,
               const int* __restrict__ tok_start, const int* __restrict__ tok_end, int window, float scale) {
@@ -582,9 +588,9 @@ __device__ __forceinline__ void load_head(const f16* __restrict__ p, float* x, i
 
 // Attention one block of 4 warps per (query, head): the 128 threads take the query's keys
 // in turn, each keeping its own online softmax over f32 scores, merged across the block at
-// the end. Used where queries are few and scattered (the last head layer reads only position
-// 0 and the markers: `q_tok` maps query i to its token), and as a plain reference path for
-// the dense layers (`q_tok` null: query i is token i), RoPE applied here when given.
+// the end. The plain reference path (`Attention::Rows`): for the dense layers (`q_tok` null:
+// query i is token i, RoPE applied here when given) and for the last head layer's scattered
+// queries (`q_tok` maps query i to its token), which attention_sel serves otherwise.
 extern "C" __global__ void __launch_bounds__(128)
 attention_rows(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_tok, const f16* __restrict__ k,
                const f16* __restrict__ v, int kv_ld, f16* __restrict__ out, int out_ld,
@@ -645,7 +651,6 @@ attention_rows(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_to
 }
 
 // ---------------------------------------------------------------------------------------
-// §3.4 tail of the scorer: logit = scorer.3 · GELU(u) + b, one warp per selected position.
 // The decision head's last layer reads only the selected positions (position 0 and the
 // markers of each row): attention for those queries alone, one block of 4 warps per (query,
 // head), exact f32 softmax, no RoPE, no window. The block works as 16 groups of 8 lanes, each
@@ -753,14 +758,13 @@ attention_sel(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_tok
 
 // §3.4, the scorer's first linear layer in f32: u = z · W1ᵀ + b1 over `n` selected rows.
 // Block (x, y): outputs 8x .. 8x + 7 (one warp each, its weight row held in registers as the
-// row kernels hold a row) for rows 32y .. 32y + 31. Each output is one lane-ordered sum and a
+// row kernels hold a row) for rows `per_block` · y onwards. Each output is one lane-ordered sum and a
 // fixed shuffle tree, so a row's values do not depend on the rows beside it. These few rows
 // are too few for a GEMM library's tiles: cuBLASLt's f32 kernel, picked for 512 rows so that
 // every pass uses one algorithm, put its whole work on 8 blocks.
-#define SCORER_ROWS 32
 extern "C" __global__ void __launch_bounds__(256)
 scorer_hidden(const float* __restrict__ z, const float* __restrict__ w1, const float* __restrict__ b1,
-              float* __restrict__ u, int n, int d) {
+              float* __restrict__ u, int n, int d, int per_block) {
     const int lane = threadIdx.x & 31;
     const int o = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (o >= d) return;
@@ -768,8 +772,8 @@ scorer_hidden(const float* __restrict__ z, const float* __restrict__ w1, const f
     float w[MAXC * 8];
     load_row_f32(w1 + (size_t)o * d, d, nc, lane, w);
     const float bias = b1[o];
-    const int r1 = min(n, (blockIdx.y + 1) * SCORER_ROWS);
-    for (int r = blockIdx.y * SCORER_ROWS; r < r1; ++r) {
+    const int r1 = min(n, (int)(blockIdx.y + 1) * per_block);
+    for (int r = blockIdx.y * per_block; r < r1; ++r) {
         float x[MAXC * 8];
         load_row_f32(z + (size_t)r * d, d, nc, lane, x);
         float acc = 0.f;
@@ -780,6 +784,7 @@ scorer_hidden(const float* __restrict__ z, const float* __restrict__ w1, const f
     }
 }
 
+// §3.4 tail of the scorer: logit = scorer.3 · GELU(u) + b, one warp per selected position.
 extern "C" __global__ void scorer_out(const float* __restrict__ u, const float* __restrict__ w3,
                                       const float* __restrict__ b3, float* __restrict__ logits, int n,
                                       int d) {

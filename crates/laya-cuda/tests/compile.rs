@@ -36,6 +36,8 @@ fn kernels_compile_for_ampere_and_hopper() {
         "embed_norm",
         "attention_mma",
         "attention_rows",
+        "attention_sel",
+        "scorer_hidden",
         "act_hidden",
         "act_out",
     ] {
