@@ -38,26 +38,21 @@ command -v patchelf >/dev/null || { echo "carry-cuda.sh: needs patchelf" >&2; ex
 rm -rf "$WORK" && mkdir -p "$WORK/bin" "$WORK/lib" "$WORK/wrk" "$WORK/whl" "$OUTD"
 sys1_tests=$(test_binary sys1rust)
 cuda_tests=$(test_binary laya-cuda)
-for pair in "sys1rust:target/release/sys1rust" "sys1rust-tests:$sys1_tests" "cuda-tests:$cuda_tests" \
-  "make-checkpoint:target/release/examples/make-checkpoint" \
-  "cuda-profile:target/release/examples/cuda-profile"; do
+pairs=("sys1rust:target/release/sys1rust" "sys1rust-tests:$sys1_tests" "cuda-tests:$cuda_tests"
+  "make-checkpoint:target/release/examples/make-checkpoint"
+  "cuda-profile:target/release/examples/cuda-profile")
+# Builds of other trees for cuda.sh's `ab` and `steps` (BASE_BIN: an earlier commit's
+# sys1rust built the same way, so that a change is measured against what it replaces in the
+# same call).
+[ -n "${BASE_BIN:-}" ] && pairs+=("sys1rust-base:$BASE_BIN")
+[ -n "${MID_BIN:-}" ] && pairs+=("sys1rust-mid:$MID_BIN")
+[ -n "${BASE_PROFILE:-}" ] && pairs+=("cuda-profile-base:$BASE_PROFILE")
+for pair in "${pairs[@]}"; do
   name=${pair%%:*} src=${pair#*:}
   strip -o "$WORK/bin/$name" "$src"
+  # patchelf does nothing to a binary that never needed OpenBLAS (cuda-profile).
   patchelf --remove-needed libopenblas.so.0 "$WORK/bin/$name"
 done
-# A baseline binary for cuda.sh's `ab` phase (BASE_BIN: an earlier commit's sys1rust, built
-# the same way), so that a change is measured against what it replaces in the same call.
-if [ -n "${BASE_BIN:-}" ]; then
-  strip -o "$WORK/bin/sys1rust-base" "$BASE_BIN"
-  patchelf --remove-needed libopenblas.so.0 "$WORK/bin/sys1rust-base" 2>/dev/null || true
-fi
-if [ -n "${MID_BIN:-}" ]; then
-  strip -o "$WORK/bin/sys1rust-mid" "$MID_BIN"
-  patchelf --remove-needed libopenblas.so.0 "$WORK/bin/sys1rust-mid" 2>/dev/null || true
-fi
-if [ -n "${BASE_PROFILE:-}" ]; then
-  strip -o "$WORK/bin/cuda-profile-base" "$BASE_PROFILE"
-fi
 # sys1rust's tests start the server at the path baked in at build time: cuda.sh links it.
 echo "$ROOT/target/release/sys1rust" > "$WORK/bin/sys1rust.bin-path"
 cp .mlx/cpu/mlx/lib/libmlx.so .mlx/cpu/mlx_cpu.libs/* "$WORK/lib/"

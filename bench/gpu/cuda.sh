@@ -280,18 +280,20 @@ phase_variants() {
 
 AB_ROUNDS=${AB_ROUNDS:-3}
 AB_SHAPES=${AB_SHAPES:-s128_q1,s512_q1,s256_q10,s512_q10}
+# The binary `ab` calls `name`: this tree's (new) or a carried one (base, mid).
+ab_bin() { # name
+  if [ "$1" = new ]; then echo "$STAGE/bin/sys1rust"; else echo "$STAGE/bin/sys1rust-$1"; fi
+}
 phase_ab() {
-  local base=$STAGE/bin/sys1rust-base r name
-  [ -x "$base" ] || { say "ab: no baseline binary carried"; return; }
+  local r name
+  [ -x "$(ab_bin base)" ] || { say "ab: no baseline binary carried"; return; }
   [ -f "$STAGE/s32_q1.jsonl" ] || bodies "$SHORT" s32_q1 "$STAGE/s32_q1.jsonl"
   [ -f "$STAGE/s512_q10.jsonl" ] || bodies "$SMOKE" s512_q10 "$STAGE/s512_q10.jsonl"
-  local names=(base new) bin
-  [ -x "$STAGE/bin/sys1rust-mid" ] && names+=(mid)
+  local names=(base new)
+  [ -x "$(ab_bin mid)" ] && names+=(mid)
   for name in "${names[@]}"; do
-    bin=$STAGE/bin/sys1rust-$name
-    [ "$name" = new ] && bin=$STAGE/bin/sys1rust
     timeout -k 5 200 python3 "$ROOT/bench/gpu/served.py" --name "ab-$name" \
-      --cmd "$bin serve --model $CKPT --engine cuda --port 0" --workload "$SMOKE" \
+      --cmd "$(ab_bin "$name") serve --model $CKPT --engine cuda --port 0" --workload "$SMOKE" \
       --answers "$RES/answers-ab-$name.jsonl" --shapes s64_q1 --runs 3 --warmup 1 \
       --log "$RES/ab-answers-$name.log" > "$RES/ab-answers-$name.json"
     [ "$name" = base ] && continue
@@ -312,8 +314,8 @@ phase_ab() {
   for r in $(seq 1 "$AB_ROUNDS"); do
     for name in base new; do
       # serve_bg starts $SYS1: this round's binary.
-      local SYS1=$STAGE/bin/sys1rust
-      [ "$name" = base ] && SYS1=$base
+      local SYS1
+      SYS1=$(ab_bin "$name")
       timeout -k 5 200 "$SYS1" bench --model "$CKPT" --engine cuda --workload "$SMOKE" \
         --shapes "$AB_SHAPES" --runs "$RUNS" --warmup "$WARMUP" \
         > "$RES/ab-$name-$r.json" 2> "$RES/ab-$name-$r.log"
