@@ -17,12 +17,16 @@
 //! Weights are packed in blocks of 16 output channels, each block `[k][16]`: one 64-byte
 //! load is one input's weights for 16 channels.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// Output channels per packed block.
 const BLOCK: usize = 16;
 /// Activation bytes a work item's rows hold: what stays in a core's L2 beside a panel.
 const CHUNK_BYTES: usize = 256 * 1024;
+/// Work items each thread should have at least, for the threads to finish together.
+const ITEMS_PER_THREAD: usize = 32;
+/// Panels (of the kernel's tile width) one work item takes at most.
+const MAX_PANELS_PER_ITEM: usize = 8;
 
 /// Which f32 kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,43 +165,47 @@ impl F32Linear {
         // activations stay in the core's cache while the panels go by. The threads take
         // items in turn from a shared counter, so one that is held up (another process, a
         // slower core) leaves its share to the others instead of holding up the GEMM.
-        let panels = blocks.div_ceil(nb);
         let chunk = (CHUNK_BYTES / (4 * self.k).max(1) / mr * mr).max(mr);
         let chunks = rows.div_ceil(chunk);
+        let threads = crate::parallel::threads_for(
+            chunks * blocks.div_ceil(nb),
+            rows * self.out * self.k / 64,
+        );
+        // Each item is a turn of the shared counter, whose cache line the cores pass back
+        // and forth: at one panel an item that was ~2 % of a long forward's samples. Where
+        // there are many, an item takes several panels, and enough items stay for the
+        // threads to even out.
+        let wide = (chunks * blocks.div_ceil(nb) / (ITEMS_PER_THREAD * threads))
+            .clamp(1, MAX_PANELS_PER_ITEM)
+            * nb;
+        let panels = blocks.div_ceil(wide);
         let items = chunks * panels;
-        let threads = crate::parallel::threads_for(items, rows * self.out * self.k / 64);
         let next = AtomicUsize::new(0);
         let out = Out(y.as_mut_ptr());
-        let work = || {
-            // The chunk's rows, packed `[tiles][k][mr]` (zero past the last row): the tile
-            // kernels then read each input's `mr` values from one place, which keeps their
-            // loops to the loads and multiply-adds.
-            let mut packed = Vec::new();
-            let mut packed_chunk = None;
-            loop {
-                let item = next.fetch_add(1, Ordering::Relaxed);
-                if item >= items {
-                    break;
-                }
-                let (c, p) = (item / panels, item % panels);
-                let (r0, b0) = (c * chunk, p * nb);
-                let item_rows = r0..(r0 + chunk).min(rows);
-                if packed_chunk != Some(c) {
-                    pack_rows(x, self.k, item_rows.clone(), mr, &mut packed);
-                    packed_chunk = Some(c);
-                }
-                let tile = Tile {
-                    rows: item_rows,
-                    blocks: b0..(b0 + nb).min(blocks),
-                };
-                // SAFETY: `packed` holds the item's rows packed for `mr`, and `y` holds
-                // `[rows, out]` (checked above) and outlives the threads; the kernel is
-                // available (checked above); each item is taken by one thread, which writes
-                // only that item's rows and channels.
-                unsafe { self.run(&packed, tile, out.ptr(), kernel) }
+        // The calling thread's packing buffer, kept from call to call: a fresh one would
+        // fault its pages in at every GEMM.
+        let mut buffer = PACKED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        let packed = PackedRows::new(x, self.k, rows, mr, chunk, &mut buffer);
+        let work = || loop {
+            let item = next.fetch_add(1, Ordering::Relaxed);
+            if item >= items {
+                break;
             }
+            let (c, p) = (item / panels, item % panels);
+            let (r0, b0) = (c * chunk, p * wide);
+            let tile = Tile {
+                rows: r0..(r0 + chunk).min(rows),
+                blocks: b0..(b0 + wide).min(blocks),
+            };
+            let rows = packed.chunk(c);
+            // SAFETY: `rows` holds the item's rows packed for `mr`, and `y` holds
+            // `[rows, out]` (checked above) and outlives the threads; the kernel is
+            // available (checked above); each item is taken by one thread, which writes
+            // only that item's rows and channels.
+            unsafe { self.run(rows, tile, out.ptr(), kernel) }
         };
         crate::parallel::broadcast(threads, work);
+        PACKED.with(|p| *p.borrow_mut() = buffer);
     }
 
     /// # Safety
@@ -216,21 +224,156 @@ impl F32Linear {
     }
 }
 
+thread_local! {
+    /// See [`F32Linear::forward_into`].
+    static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A chunk nobody has claimed yet.
+const UNPACKED: u8 = 0;
+/// A chunk one thread is packing.
+const PACKING: u8 = 1;
+/// A chunk ready to read.
+const READY: u8 = 2;
+
+/// One GEMM's activations, packed chunk by chunk by whichever thread first needs a chunk.
+///
+/// The tile kernels read each input's `mr` row values from one place, so the rows are
+/// repacked as tiles `[k][mr]`. Each chunk is packed once, into one buffer every thread
+/// reads: packed by each thread that took one of its items, the rows cost twice the
+/// copying on two cores (4 % of a long forward's samples). A thread that finds its chunk
+/// being packed packs the next unclaimed chunks meanwhile, so nobody waits longer than the
+/// rest of one chunk's packing and no packing is done twice.
+struct PackedRows<'a> {
+    x: &'a [f32],
+    k: usize,
+    rows: usize,
+    mr: usize,
+    chunk: usize,
+    /// `[chunks][tiles][k][mr]`: chunk `c` from `c · chunk · k`, zero past the last row.
+    buffer: *mut f32,
+    state: Vec<AtomicU8>,
+}
+
+// SAFETY: a chunk's part of `buffer` is written by the one thread that claimed it (the
+// `UNPACKED → PACKING` exchange), and read only once it is `READY` (release, then acquire).
+unsafe impl Sync for PackedRows<'_> {}
+
+impl<'a> PackedRows<'a> {
+    fn new(
+        x: &'a [f32],
+        k: usize,
+        rows: usize,
+        mr: usize,
+        chunk: usize,
+        buffer: &'a mut Vec<f32>,
+    ) -> PackedRows<'a> {
+        let len = rows.next_multiple_of(mr) * k;
+        if buffer.len() < len {
+            buffer.resize(len, 0.0);
+        }
+        PackedRows {
+            x,
+            k,
+            rows,
+            mr,
+            chunk,
+            buffer: buffer.as_mut_ptr(),
+            state: (0..rows.div_ceil(chunk))
+                .map(|_| AtomicU8::new(UNPACKED))
+                .collect(),
+        }
+    }
+
+    /// Chunk `c`'s rows, packed.
+    fn chunk(&self, c: usize) -> &[f32] {
+        loop {
+            match self.state[c].load(Ordering::Acquire) {
+                READY => break,
+                UNPACKED => {
+                    if self.claim(c) {
+                        break;
+                    }
+                }
+                _ => {
+                    if !((c + 1)..self.state.len()).any(|n| self.claim(n)) {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+        let (start, end) = self.bounds(c);
+        // SAFETY: the chunk is `READY`: written, and never written again during this GEMM.
+        unsafe { std::slice::from_raw_parts(self.buffer.add(start), end - start) }
+    }
+
+    /// Packs chunk `c` if no thread has claimed it; whether this thread did.
+    fn claim(&self, c: usize) -> bool {
+        let state = &self.state[c];
+        if state.load(Ordering::Relaxed) != UNPACKED
+            || state
+                .compare_exchange(UNPACKED, PACKING, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        let (start, end) = self.bounds(c);
+        // SAFETY: this thread alone claimed the chunk, and no thread reads it before `READY`.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.buffer.add(start), end - start) };
+        let r0 = c * self.chunk;
+        pack_rows(
+            self.x,
+            self.k,
+            r0..(r0 + self.chunk).min(self.rows),
+            self.mr,
+            dst,
+        );
+        state.store(READY, Ordering::Release);
+        true
+    }
+
+    /// Chunk `c`'s part of the buffer.
+    fn bounds(&self, c: usize) -> (usize, usize) {
+        let r0 = c * self.chunk;
+        let tiles = ((r0 + self.chunk).min(self.rows) - r0).div_ceil(self.mr);
+        (r0 * self.k, (r0 + tiles * self.mr) * self.k)
+    }
+}
+
 /// Rows `rows` of `x` (`[_, k]`) into `packed` as tiles of `mr` rows, each `[k][mr]`, the
 /// last one padded with zeros.
-fn pack_rows(x: &[f32], k: usize, rows: std::ops::Range<usize>, mr: usize, packed: &mut Vec<f32>) {
-    let tiles = rows.len().div_ceil(mr);
-    packed.clear();
-    packed.resize(tiles * k * mr, 0.0);
+fn pack_rows(x: &[f32], k: usize, rows: std::ops::Range<usize>, mr: usize, packed: &mut [f32]) {
     for (t, dst) in packed.chunks_exact_mut(k * mr).enumerate() {
         let r0 = rows.start + t * mr;
         let lanes = (rows.end - r0).min(mr);
         let src = &x[r0 * k..(r0 + lanes) * k];
-        // Written in order, read from `lanes` rows at once.
-        for (kk, d) in dst.chunks_exact_mut(mr).enumerate() {
-            for (lane, v) in d[..lanes].iter_mut().enumerate() {
-                *v = src[lane * k + kk];
+        match (mr, lanes) {
+            (12, 12) => pack_tile::<12>(src, k, dst),
+            (6, 6) => pack_tile::<6>(src, k, dst),
+            _ => {
+                // Written in order, read from `lanes` rows at once.
+                for (kk, d) in dst.chunks_exact_mut(mr).enumerate() {
+                    for (lane, v) in d.iter_mut().enumerate() {
+                        *v = if lane < lanes {
+                            src[lane * k + kk]
+                        } else {
+                            0.0
+                        };
+                    }
+                }
             }
+        }
+    }
+}
+
+/// A whole tile of `MR` rows (`src`, `[MR, k]`) into `dst` (`[k][MR]`): with the row count
+/// a constant, each input's values are `MR` loads and stores without checks.
+fn pack_tile<const MR: usize>(src: &[f32], k: usize, dst: &mut [f32]) {
+    let rows: [&[f32]; MR] = std::array::from_fn(|lane| &src[lane * k..(lane + 1) * k]);
+    for (kk, d) in dst.chunks_exact_mut(MR).enumerate().take(k) {
+        let d: &mut [f32; MR] = d.try_into().expect("chunks of MR");
+        for (v, row) in d.iter_mut().zip(&rows) {
+            *v = row[kk];
         }
     }
 }
