@@ -142,6 +142,19 @@ struct Job<'a> {
     half: Option<usize>,
 }
 
+/// The output rows, which the tasks write in disjoint parts (one head of each token each).
+struct Out(*mut f32);
+// SAFETY: see `Job::run`: no two tasks write the same element, and nothing reads it before
+// every task has ended.
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// A method, so closures capture the whole (`Sync`) wrapper, not its raw field.
+    fn ptr(&self) -> *mut f32 {
+        self.0
+    }
+}
+
 impl Job<'_> {
     /// Every (row, head) as one task, shared by the machine's cores; `[Tq, d]` out.
     fn run(&self, q_spans: &[Span], kv_spans: &[Span]) -> Vec<f32> {
@@ -160,28 +173,20 @@ impl Job<'_> {
             * hd;
         let threads = crate::parallel::threads_for(tasks.len(), work);
         let next = AtomicUsize::new(0);
-        let done = std::sync::Mutex::new(Vec::with_capacity(tasks.len()));
-        crate::parallel::broadcast(threads, || {
-            let mut mine = Vec::new();
-            loop {
-                let t = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(r, h)) = tasks.get(t) else { break };
-                mine.push((t, self.head(q_spans[r], kv_spans[r], h)));
-            }
-            // A poisoned lock is another thread's panic, which `broadcast` passes on.
-            if let Ok(mut done) = done.lock() {
-                done.append(&mut mine);
-            }
-        });
-        let done = done.into_inner().unwrap_or_else(|p| p.into_inner());
-        for (t, head_out) in done {
-            let (r, h) = tasks[t];
+        let dst = Out(out.as_mut_ptr());
+        crate::parallel::broadcast(threads, || loop {
+            let t = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(r, h)) = tasks.get(t) else { break };
             let span = q_spans[r];
+            let head_out = self.head(span, kv_spans[r], h);
+            // Each thread places its own heads, so the copy is shared too.
             for (i, row) in head_out.chunks_exact(hd).enumerate() {
                 let at = (span.start + i) * d + h * hd;
-                out[at..at + hd].copy_from_slice(row);
+                // SAFETY: `out` holds `[tokens, d]` and outlives the threads; `at .. at + hd`
+                // is head `h`'s part of token `span.start + i`, written by this task alone.
+                unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), dst.ptr().add(at), hd) };
             }
-        }
+        });
         out
     }
 
