@@ -371,7 +371,7 @@ impl Encoder {
                 let rows = group.start * d..group.end * d;
                 let qkv = host.wqkv.forward_host(&normed[rows.clone()], qkv);
                 let attn = self.attend_on_host(qkv, &group.spans, layer);
-                add_assign(&mut residual[rows], host.wo.forward_host(&attn, attn_out));
+                host.wo.forward_add(&attn, &mut residual[rows], attn_out);
             }
             if let Some(tap) = tap.as_deref_mut() {
                 tap(
@@ -388,20 +388,17 @@ impl Encoder {
                 .zip(normed.chunks(FEED_FORWARD_ROWS * d))
             {
                 crate::host::geglu_into(host.wi.forward_host(m, wi_out), inter, geglu);
-                let y = match layer.mlp_wo.host() {
-                    Some(mlp_wo) => mlp_wo.forward_host(geglu, &mut *mlp_out),
+                match layer.mlp_wo.host() {
+                    Some(mlp_wo) => mlp_wo.forward_add(geglu, x, mlp_out),
                     None => {
                         let rows = (geglu.len() / inter) as i32;
                         let y = layer
                             .mlp_wo
                             .forward(&Array::from_slice(geglu, &[rows, inter as i32]))?
                             .as_dtype(mlx_rs::Dtype::Float32)?;
-                        mlp_out.clear();
-                        mlp_out.extend_from_slice(host_values(&y, "mlp.Wo's output")?);
-                        &mlp_out[..]
+                        add_assign(x, host_values(&y, "mlp.Wo's output")?);
                     }
-                };
-                add_assign(x, y);
+                }
             }
             if let Some(tap) = tap.as_deref_mut() {
                 tap(

@@ -165,6 +165,17 @@ impl HostLinear {
         y
     }
 
+    /// `y += x · wᵀ (+ b)`, the residual stream's add (`y` holds `[rows, out]`): the f32
+    /// kernels add as they store; int8 layers compute into `buf` and add from there. The
+    /// same bits either way as [`crate::host::add_assign`] after
+    /// [`HostLinear::forward_host`].
+    pub fn forward_add(&self, x: &[f32], y: &mut [f32], buf: &mut Vec<f32>) {
+        match self {
+            HostLinear::F32 { layer, kernel } => layer.forward_add_into(x, *kernel, y),
+            HostLinear::Int8(_) => crate::host::add_assign(y, self.forward_host(x, buf)),
+        }
+    }
+
     /// [`HostLinear::forward_host`] into `y`, which must hold exactly `[rows, out]`.
     pub fn forward_into(&self, x: &[f32], y: &mut [f32]) {
         match self {

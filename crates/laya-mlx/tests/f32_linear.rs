@@ -94,3 +94,27 @@ fn a_row_gives_the_same_bits_alone_and_among_others() {
         );
     }
 }
+
+#[test]
+fn adding_into_the_output_gives_the_bits_of_a_separate_add() {
+    let mut v = Values(0x5eed_0fad_d1e5_0001);
+    for kernel in Kernel::ALL.into_iter().filter(|k| k.available()) {
+        for &(rows, out, k) in &SHAPES {
+            let layer = F32Linear::new(&v.take(out * k), out, k, Some(v.take(out)));
+            let x = v.take(rows * k);
+            let residual = v.take(rows * out);
+            let want: Vec<f32> = residual
+                .iter()
+                .zip(layer.forward(&x, kernel))
+                .map(|(r, y)| r + y)
+                .collect();
+            let mut got = residual.clone();
+            layer.forward_add_into(&x, kernel, &mut got);
+            assert!(
+                same_bits(&got, &want),
+                "{} at {rows}x{out}x{k}",
+                kernel.name()
+            );
+        }
+    }
+}
