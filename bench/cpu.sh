@@ -3,19 +3,25 @@
 # fp32 CPU) on the same `large` random-weight checkpoint (the real typed-decisions shapes), in one
 # run.
 #
-#   bench/cpu.sh [--runs N] [--shapes s128_q1,s512_q10]
+#   bench/cpu.sh [--runs N] [--rounds R] [--shapes s128_q1,s512_q10]
+#
+# The contenders take turns: R rounds (default 3), each running every contender for N runs,
+# so that a slower minute of this shared machine falls on all of them; the write-up gives the
+# median of the rounds' medians and each round's ratio.
 #
 # Needs: scripts/setup-mlx.sh done; the oracle venv (shared/oracle/setup_venv.sh) for upstream.
 # Writes results/cpu-run.md (machine, commit, command, numbers; results/CPU.md carries it above its
-# history) and results/cpu-*.json.
+# history) and each round's reports, results/cpu-rounds/*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 RUNS=5
+ROUNDS=3
 SHAPES=s128_q1,s512_q10
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --shapes) SHAPES=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -33,24 +39,30 @@ if [ ! -f "$CKPT/model.safetensors" ]; then
     --seed 4242 --out "$CKPT"
 fi
 
-echo "sys1rust ..." >&2
-target/release/sys1rust bench --model "$CKPT" --workload "$WORKLOAD" --shapes "$SHAPES" --runs "$RUNS" \
-  > results/cpu-sys1rust.json
-echo "sys1rust --int8 ..." >&2
-target/release/sys1rust bench --model "$CKPT" --workload "$WORKLOAD" --shapes "$SHAPES" --runs "$RUNS" --int8 \
-  | python3 -c 'import json, sys; r = json.load(sys.stdin); r["contender"] = "sys1rust --int8"; print(json.dumps(r))' \
-  > results/cpu-sys1rust-int8.json
-if [ -x "$VENV/bin/python" ]; then
-  echo "upstream laya ..." >&2
-  OMP_NUM_THREADS=$(nproc) "$VENV/bin/python" bench/upstream_cpu.py --model "$CKPT" --workload "$WORKLOAD" \
-    --shapes "$SHAPES" --runs "$RUNS" > results/cpu-upstream.json
-else
+if [ ! -x "$VENV/bin/python" ]; then
   echo "no oracle venv at $VENV: upstream not measured" >&2
-  rm -f results/cpu-upstream.json
 fi
-reports=(results/cpu-sys1rust.json results/cpu-sys1rust-int8.json)
-if [ -f results/cpu-upstream.json ]; then reports+=(results/cpu-upstream.json); fi
+OUTR=results/cpu-rounds
+rm -rf "$OUTR" results/cpu-sys1rust.json results/cpu-sys1rust-int8.json results/cpu-upstream.json
+mkdir -p "$OUTR"
+reports=()
+for r in $(seq 1 "$ROUNDS"); do
+  echo "round $r of $ROUNDS: sys1rust ..." >&2
+  target/release/sys1rust bench --model "$CKPT" --workload "$WORKLOAD" --shapes "$SHAPES" --runs "$RUNS" \
+    > "$OUTR/sys1rust-$r.json"
+  echo "round $r of $ROUNDS: sys1rust --int8 ..." >&2
+  target/release/sys1rust bench --model "$CKPT" --workload "$WORKLOAD" --shapes "$SHAPES" --runs "$RUNS" --int8 \
+    | python3 -c 'import json, sys; r = json.load(sys.stdin); r["contender"] = "sys1rust --int8"; print(json.dumps(r))' \
+    > "$OUTR/sys1rust-int8-$r.json"
+  reports+=("$OUTR/sys1rust-$r.json" "$OUTR/sys1rust-int8-$r.json")
+  if [ -x "$VENV/bin/python" ]; then
+    echo "round $r of $ROUNDS: upstream laya ..." >&2
+    OMP_NUM_THREADS=$(nproc) "$VENV/bin/python" bench/upstream_cpu.py --model "$CKPT" --workload "$WORKLOAD" \
+      --shapes "$SHAPES" --runs "$RUNS" > "$OUTR/upstream-$r.json"
+    reports+=("$OUTR/upstream-$r.json")
+  fi
+done
 # The run's report; results/CPU.md carries it at its top, above the history of earlier runs.
 python3 bench/report.py --title "CPU: sys1rust (MLX CPU) vs upstream laya 0.4.15 (PyTorch fp32)" \
-  --command "bench/cpu.sh --runs $RUNS --shapes $SHAPES" "${reports[@]}" > results/cpu-run.md
+  --command "bench/cpu.sh --runs $RUNS --rounds $ROUNDS --shapes $SHAPES" "${reports[@]}" > results/cpu-run.md
 cat results/cpu-run.md

@@ -3,6 +3,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 
 
@@ -19,13 +20,48 @@ def machine():
     return "%s, %d cores, %.0f GiB, %s" % (cpu, os.cpu_count(), mem, platform.platform())
 
 
+def merge(reports):
+    """One report per contender: the reports of one contender's rounds (in the order given)
+    become one whose median is the median of the rounds' medians, with those kept in
+    `round_medians`, p99 the worst round's, load the median round's and peak RSS the largest."""
+    order, by = [], {}
+    for r in reports:
+        if r["contender"] not in by:
+            order.append(r["contender"])
+            by[r["contender"]] = []
+        by[r["contender"]].append(r)
+    merged = []
+    for name in order:
+        rounds = by[name]
+        m = dict(rounds[0])
+        m["rounds"] = len(rounds)
+        m["load_ms"] = statistics.median(r["load_ms"] for r in rounds)
+        m["peak_rss_mib"] = max(r["peak_rss_mib"] or 0 for r in rounds)
+        shapes = []
+        for first in rounds[0]["shapes"]:
+            per = [s for r in rounds for s in r["shapes"] if s["shape"] == first["shape"]]
+            shapes.append(dict(
+                first,
+                runs=sum(s["runs"] for s in per),
+                median_ms=statistics.median(s["median_ms"] for s in per),
+                p99_ms=max(s["p99_ms"] for s in per),
+                min_ms=min(s["min_ms"] for s in per),
+                round_medians=[s["median_ms"] for s in per],
+            ))
+        m["shapes"] = shapes
+        merged.append(m)
+    return merged
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--title", required=True)
     ap.add_argument("--command", required=True)
     ap.add_argument("reports", nargs="+")
     args = ap.parse_args()
-    reports = [json.load(open(p)) for p in args.reports]
+    # Several reports of one contender are its rounds, run in turn with the other contenders'
+    # so that a slower minute of the machine falls on all of them.
+    reports = merge([json.load(open(p)) for p in args.reports])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
     print("# %s\n" % args.title)
@@ -62,7 +98,11 @@ def main():
             a = next((x for x in r["shapes"] if x["shape"] == sh), None)
             b = next((x for x in upstream["shapes"] if x["shape"] == sh), None)
             if a and b:
-                print("- %s: %.2fx" % (sh, b["median_ms"] / a["median_ms"]))
+                line = "- %s: %.2fx" % (sh, b["median_ms"] / a["median_ms"])
+                ra, rb = a.get("round_medians", []), b.get("round_medians", [])
+                if len(ra) > 1 and len(ra) == len(rb):
+                    line += " (each round: %s)" % ", ".join("%.2fx" % (y / x) for x, y in zip(ra, rb))
+                print(line)
 
 
 if __name__ == "__main__":
