@@ -9,7 +9,8 @@
 //! Every output `y[r][n] = Σₖ x[r][k] · w[n][k] (+ b[n])` is one chain of fused
 //! multiply-adds over `k` in order, from zero, then the bias. Every kernel computes that
 //! same chain, so a row's output is bit for bit the same whichever kernel the CPU takes,
-//! however the rows are tiled, and whatever other rows share the GEMM.
+//! however the rows are tiled, and whatever other rows share the GEMM. Added into an output
+//! ([`F32Linear::forward_add_into`]), that result is added as one more rounding.
 //!
 //! Kernels, chosen at run time ([`Kernel::detect`]): AVX-512 (12 rows × 32 channels a
 //! tile) and AVX2 with FMA (6 rows × 16 channels). A CPU with neither keeps MLX's GEMM.
@@ -211,12 +212,12 @@ impl F32Linear {
                 rows: r0..(r0 + chunk).min(rows),
                 blocks: b0..(b0 + wide).min(blocks),
             };
-            let rows = packed.chunk(c);
-            // SAFETY: `rows` holds the item's rows packed for `mr`, and `y` holds
+            let xs = packed.chunk(c);
+            // SAFETY: `xs` holds the item's rows packed for `mr`, and `y` holds
             // `[rows, out]` (checked above) and outlives the threads; the kernel is
             // available (checked above); each item is taken by one thread, which writes
             // only that item's rows and channels.
-            unsafe { self.run(rows, tile, out.ptr(), kernel, add) }
+            unsafe { self.run(xs, tile, out.ptr(), kernel, add) }
         };
         crate::parallel::broadcast(threads, work);
         PACKED.with(|p| *p.borrow_mut() = buffer);
@@ -239,7 +240,9 @@ impl F32Linear {
 }
 
 thread_local! {
-    /// See [`F32Linear::forward_into`].
+    /// The calling thread's [`PackedRows`] buffer, kept from GEMM to GEMM: a fresh one
+    /// would fault its pages in at every call. It keeps the largest size it has held (a
+    /// 1,024-row group of `mlp.Wo`'s input is 11 MB).
     static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -249,6 +252,11 @@ const UNPACKED: u8 = 0;
 const PACKING: u8 = 1;
 /// A chunk ready to read.
 const READY: u8 = 2;
+/// A chunk whose packing panicked: whoever needs it panics too, instead of waiting forever.
+const POISONED: u8 = 3;
+/// Turns a waiting thread spins before it yields its core: the packing thread may be
+/// waiting for it.
+const SPINS: u32 = 64;
 
 /// One GEMM's activations, packed chunk by chunk by whichever thread first needs a chunk.
 ///
@@ -257,14 +265,16 @@ const READY: u8 = 2;
 /// reads: packed by each thread that took one of its items, the rows cost twice the
 /// copying on two cores (4 % of a long forward's samples). A thread that finds its chunk
 /// being packed packs the next unclaimed chunks meanwhile, so nobody waits longer than the
-/// rest of one chunk's packing and no packing is done twice.
+/// rest of one chunk's packing (while the thread packing it runs) and no packing is done
+/// twice.
 struct PackedRows<'a> {
     x: &'a [f32],
     k: usize,
     rows: usize,
     mr: usize,
     chunk: usize,
-    /// `[chunks][tiles][k][mr]`: chunk `c` from `c · chunk · k`, zero past the last row.
+    /// `[chunks][tiles][k][mr]`: chunk `c` from `c · chunk · k` (the kernels read no lane
+    /// past the last row).
     buffer: *mut f32,
     state: Vec<AtomicU8>,
 }
@@ -301,6 +311,7 @@ impl<'a> PackedRows<'a> {
 
     /// Chunk `c`'s rows, packed.
     fn chunk(&self, c: usize) -> &[f32] {
+        let mut spins = 0;
         loop {
             match self.state[c].load(Ordering::Acquire) {
                 READY => break,
@@ -309,9 +320,15 @@ impl<'a> PackedRows<'a> {
                         break;
                     }
                 }
+                POISONED => panic!("another thread panicked packing this GEMM's rows"),
                 _ => {
                     if !((c + 1)..self.state.len()).any(|n| self.claim(n)) {
-                        std::hint::spin_loop();
+                        spins += 1;
+                        if spins < SPINS {
+                            std::hint::spin_loop();
+                        } else {
+                            std::thread::yield_now();
+                        }
                     }
                 }
             }
@@ -331,6 +348,14 @@ impl<'a> PackedRows<'a> {
         {
             return false;
         }
+        /// Marks the chunk poisoned if its packing unwinds.
+        struct Guard<'s>(&'s AtomicU8);
+        impl Drop for Guard<'_> {
+            fn drop(&mut self) {
+                self.0.store(POISONED, Ordering::Release);
+            }
+        }
+        let guard = Guard(state);
         let (start, end) = self.bounds(c);
         // SAFETY: this thread alone claimed the chunk, and no thread reads it before `READY`.
         let dst = unsafe { std::slice::from_raw_parts_mut(self.buffer.add(start), end - start) };
@@ -342,6 +367,7 @@ impl<'a> PackedRows<'a> {
             self.mr,
             dst,
         );
+        std::mem::forget(guard);
         state.store(READY, Ordering::Release);
         true
     }
@@ -418,7 +444,7 @@ impl Out {
         self.0
     }
 }
-// SAFETY: each thread writes only its own tiles (see `F32Linear::forward_into`).
+// SAFETY: each thread writes only its own tiles (see `F32Linear::gemm`).
 unsafe impl Sync for Out {}
 
 #[cfg(target_arch = "x86_64")]
@@ -439,10 +465,13 @@ mod x86 {
     /// samples were the scalar loop's loads and stores one value at a time.
     ///
     /// # Safety
-    /// The CPU must have AVX-512F; `src` holds 12 rows of `k`, `dst` `k · 12` values.
+    /// The CPU must have AVX-512F.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn pack_tile12(src: &[f32], k: usize, dst: &mut [f32]) {
-        debug_assert!(src.len() >= 12 * k && dst.len() >= 12 * k);
+        assert!(
+            src.len() >= 12 * k && dst.len() >= 12 * k,
+            "a tile is 12 rows of k"
+        );
         let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
         let mut kk = 0;
         while kk + 16 <= k {
@@ -638,6 +667,34 @@ mod x86 {
                     *at.add(n) = if ADD { *at.add(n) + v } else { v };
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The transposing packer against the plain loop, at widths around its 16-input steps.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_avx512_packing_is_the_plain_packing() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            println!("no AVX-512 on this CPU: only the plain packing runs");
+            return;
+        }
+        for k in [1, 15, 16, 17, 131, 1024] {
+            let src: Vec<f32> = (0..12 * k).map(|i| i as f32 * 0.5 - 3.0).collect();
+            let mut want = vec![f32::NAN; 12 * k];
+            super::pack_tile::<12>(&src, k, &mut want);
+            let mut got = vec![f32::NAN; 12 * k];
+            // SAFETY: the CPU has AVX-512F (checked above).
+            unsafe { super::x86::pack_tile12(&src, k, &mut got) };
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "k = {k}"
+            );
+            // The plain loop's layout: input kk's 12 rows side by side.
+            assert_eq!(want[12 * (k - 1) + 11], src[11 * k + k - 1]);
         }
     }
 }

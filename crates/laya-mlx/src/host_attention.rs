@@ -172,6 +172,18 @@ impl Job<'_> {
             .sum::<usize>()
             * hd;
         let threads = crate::parallel::threads_for(tasks.len(), work);
+        // The tasks write `out` in place, each its head of its rows' tokens: that is only
+        // sound if no token belongs to two rows.
+        let mut taken: Vec<(usize, usize)> = q_spans
+            .iter()
+            .filter(|s| s.len > 0)
+            .map(|s| (s.start, s.start + s.len))
+            .collect();
+        taken.sort_unstable();
+        assert!(
+            taken.windows(2).all(|w| w[0].1 <= w[1].0),
+            "query rows overlap"
+        );
         let next = AtomicUsize::new(0);
         let dst = Out(out.as_mut_ptr());
         crate::parallel::broadcast(threads, || loop {
@@ -179,6 +191,11 @@ impl Job<'_> {
             let Some(&(r, h)) = tasks.get(t) else { break };
             let span = q_spans[r];
             let head_out = self.head(span, kv_spans[r], h);
+            assert_eq!(
+                head_out.len(),
+                span.len * hd,
+                "a head's output is [queries, hd]"
+            );
             // Each thread places its own heads, so the copy is shared too.
             for (i, row) in head_out.chunks_exact(hd).enumerate() {
                 let at = (span.start + i) * d + h * hd;
