@@ -37,16 +37,21 @@ def merge(reports):
         m["rounds"] = len(rounds)
         m["load_ms"] = statistics.median(r["load_ms"] for r in rounds)
         m["peak_rss_mib"] = max(r["peak_rss_mib"] or 0 for r in rounds)
+        names = []
+        for r in rounds:
+            names += [s["shape"] for s in r["shapes"] if s["shape"] not in names]
         shapes = []
-        for first in rounds[0]["shapes"]:
-            per = [s for r in rounds for s in r["shapes"] if s["shape"] == first["shape"]]
+        for name in names:
+            # By round, None where a round lacks the shape, so rounds pair up by index.
+            by_round = [next((s for s in r["shapes"] if s["shape"] == name), None) for r in rounds]
+            per = [s for s in by_round if s]
             shapes.append(dict(
-                first,
+                per[0],
                 runs=sum(s["runs"] for s in per),
                 median_ms=statistics.median(s["median_ms"] for s in per),
                 p99_ms=max(s["p99_ms"] for s in per),
                 min_ms=min(s["min_ms"] for s in per),
-                round_medians=[s["median_ms"] for s in per],
+                round_medians=[s and s["median_ms"] for s in by_round],
             ))
         m["shapes"] = shapes
         merged.append(m)
@@ -72,7 +77,9 @@ def main():
     print("|---|---|---|---|---|")
     for r in reports:
         print("| %s | %s | %s | %.1f | %.0f |" % (r["contender"], r["precision"], r["device"], r["load_ms"] / 1e3, r["peak_rss_mib"] or 0))
-    shapes = [s["shape"] for s in reports[0]["shapes"]]
+    shapes = []
+    for r in reports:
+        shapes += [s["shape"] for s in r["shapes"] if s["shape"] not in shapes]
     print("\nTime per request (wall, in-process, ms):\n")
     print("| shape | input tokens | " + " | ".join("%s median / p99" % r["contender"].split(" (")[0] for r in reports) + " |")
     print("|---|---|" + "---|" * len(reports))
@@ -101,7 +108,8 @@ def main():
                 line = "- %s: %.2fx" % (sh, b["median_ms"] / a["median_ms"])
                 ra, rb = a.get("round_medians", []), b.get("round_medians", [])
                 if len(ra) > 1 and len(ra) == len(rb):
-                    line += " (each round: %s)" % ", ".join("%.2fx" % (y / x) for x, y in zip(ra, rb))
+                    line += " (each round: %s)" % ", ".join(
+                        "%.2fx" % (y / x) if x and y else "-" for x, y in zip(ra, rb))
                 print(line)
 
 
