@@ -227,9 +227,11 @@ impl F32Linear {
     /// As [`x86::avx512`].
     unsafe fn run(&self, packed: &[f32], tile: Tile, y: *mut f32, kernel: Kernel, add: bool) {
         #[cfg(target_arch = "x86_64")]
-        match kernel {
-            Kernel::Avx512 => x86::avx512(self, packed.as_ptr(), tile, y, add),
-            Kernel::Avx2Fma => x86::avx2(self, packed.as_ptr(), tile, y, add),
+        match (kernel, add) {
+            (Kernel::Avx512, false) => x86::avx512::<false>(self, packed.as_ptr(), tile, y),
+            (Kernel::Avx512, true) => x86::avx512::<true>(self, packed.as_ptr(), tile, y),
+            (Kernel::Avx2Fma, false) => x86::avx2::<false>(self, packed.as_ptr(), tile, y),
+            (Kernel::Avx2Fma, true) => x86::avx2::<true>(self, packed.as_ptr(), tile, y),
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -509,26 +511,20 @@ mod x86 {
     ///
     /// # Safety
     /// The CPU must have AVX-512F; `x` must hold the item's rows packed by [`pack_rows`] for
-    /// 12-row tiles, and `y` `[rows, lin.out]` for every row of `item`. With `add`, the
+    /// 12-row tiles, and `y` `[rows, lin.out]` for every row of `item`. With `ADD`, the
     /// results are added to what `y` holds.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn avx512(
+    pub(super) unsafe fn avx512<const ADD: bool>(
         lin: &F32Linear,
         x: *const f32,
         item: Tile,
         y: *mut f32,
-        add: bool,
     ) {
         macro_rules! tile {
             // The tile's rows, packed (see `pack_rows`).
-            ($m:literal, $nb:literal, $r:ident, $b:ident) => {{
-                let x = x.add(($r - item.rows.start) * lin.k);
-                if add {
-                    tile512::<$m, $nb, true>(lin, x, $r, $b, y)
-                } else {
-                    tile512::<$m, $nb, false>(lin, x, $r, $b, y)
-                }
-            }};
+            ($m:literal, $nb:literal, $r:ident, $b:ident) => {
+                tile512::<$m, $nb, ADD>(lin, x.add(($r - item.rows.start) * lin.k), $r, $b, y)
+            };
         }
         crate::tiles::sweep!(
             item.rows.clone(),
@@ -598,17 +594,17 @@ mod x86 {
     /// # Safety
     /// As [`avx512`], for AVX2 and FMA and 6-row tiles.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn avx2(lin: &F32Linear, x: *const f32, item: Tile, y: *mut f32, add: bool) {
+    pub(super) unsafe fn avx2<const ADD: bool>(
+        lin: &F32Linear,
+        x: *const f32,
+        item: Tile,
+        y: *mut f32,
+    ) {
         macro_rules! tile {
             // The tile's rows, packed (see `pack_rows`).
-            ($m:literal, $nb:literal, $r:ident, $b:ident) => {{
-                let x = x.add(($r - item.rows.start) * lin.k);
-                if add {
-                    tile256::<$m, $nb, true>(lin, x, $r, $b, y)
-                } else {
-                    tile256::<$m, $nb, false>(lin, x, $r, $b, y)
-                }
-            }};
+            ($m:literal, $nb:literal, $r:ident, $b:ident) => {
+                tile256::<$m, $nb, ADD>(lin, x.add(($r - item.rows.start) * lin.k), $r, $b, y)
+            };
         }
         crate::tiles::sweep!(
             item.rows.clone(),
