@@ -15,7 +15,7 @@ use crate::attention::{
     packed_attention, row_groups, Heads, PaddedBatch, RowGroup, Span, Window, ROW_GROUP_TOKENS,
 };
 use crate::error::LoadError;
-use crate::host::{add_assign, HostNorm};
+use crate::host::{add_assign, Buffers, HostNorm};
 use crate::host_attention::{self, RopeTables};
 use crate::layers::{gelu_erf, HostLinear, LayerNorm, Linear};
 use crate::settings::{Kernels, SlidingAttention};
@@ -40,18 +40,21 @@ fn host_geglu(h: &Array, inter: usize) -> Result<Array, Exception> {
     .as_dtype(io)
 }
 
-/// `norm`'s weight read onto the host.
-fn host_norm(norm: &LayerNorm) -> Result<HostNorm, LoadError> {
-    debug_assert!(norm.bias.is_none(), "the encoder's norms have no bias");
-    let read = || -> Result<Vec<f32>, Exception> {
-        let w = norm.weight.as_dtype(mlx_rs::Dtype::Float32)?;
-        Ok(host_values(&w, "a norm's weight")?.to_vec())
+/// `norm`'s weight and bias read onto the host.
+pub(crate) fn host_norm(norm: &LayerNorm) -> Result<HostNorm, LoadError> {
+    let read = |a: &Array| -> Result<Vec<f32>, LoadError> {
+        let values = || -> Result<Vec<f32>, Exception> {
+            let a = a.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
+            Ok(host_values(&a, "a norm's weights")?.to_vec())
+        };
+        values().map_err(|source| LoadError::Mlx {
+            context: "reading a norm's weights".to_owned(),
+            source,
+        })
     };
     Ok(HostNorm {
-        weight: read().map_err(|source| LoadError::Mlx {
-            context: "reading a norm's weight".to_owned(),
-            source,
-        })?,
+        weight: read(&norm.weight)?,
+        bias: norm.bias.as_ref().map(read).transpose()?,
         eps: norm.eps,
     })
 }
@@ -62,24 +65,8 @@ fn host_values<'a>(x: &'a Array, what: &str) -> Result<&'a [f32], Exception> {
         .map_err(|e| Exception::custom(format!("reading {what}: {e}")))
 }
 
-/// The host buffers of the host layers, reused from layer to layer and forward to forward:
-/// the residual stream and a norm's output are 22 MB each at 5,500 tokens, `Wqkv`'s and
-/// `Wi`'s outputs are computed a few rows at a time (13 MB and 21 MB for groups of up to
-/// 1,024 tokens; a longer row takes what it needs, and the buffer keeps that size), and a
-/// fresh buffer each time costs its page faults.
-#[derive(Debug, Default)]
-struct HostBuffers {
-    residual: Vec<f32>,
-    normed: Vec<f32>,
-    qkv: Vec<f32>,
-    attn_out: Vec<f32>,
-    wi_out: Vec<f32>,
-    geglu: Vec<f32>,
-    mlp_out: Vec<f32>,
-}
-
-/// Rows the host's feed-forward half computes at a time ([`Encoder::layers_on_host`]).
-const FEED_FORWARD_ROWS: usize = 1024;
+/// Rows the host's feed-forward half computes at a time ([`Encoder::forward_on_host`]).
+pub(crate) const FEED_FORWARD_ROWS: usize = 1024;
 
 /// One encoder layer.
 #[derive(Debug)]
@@ -91,7 +78,7 @@ struct EncoderLayer {
     mlp_norm: LayerNorm,
     wi: Linear,
     mlp_wo: Linear,
-    /// The norms' weights on the host, for the host path ([`Encoder::layers_on_host`]).
+    /// The norms' weights on the host, for the host path ([`Encoder::forward_on_host`]).
     host_norms: (Option<HostNorm>, HostNorm),
     kind: LayerKind,
     rope_theta: f32,
@@ -125,9 +112,8 @@ pub(crate) struct Encoder {
     /// host math, on per-row (unpadded) attention.
     host_attention: bool,
     rope_tables: RopeTables,
-    /// With host linear layers and host attention, the residual stream and what the layers
-    /// pass each other stay on the host, in these.
-    host_buffers: std::sync::Mutex<HostBuffers>,
+    /// `final_norm`'s weight on the host, for the host path ([`Encoder::forward_on_host`]).
+    host_final_norm: HostNorm,
 }
 
 impl Encoder {
@@ -180,11 +166,13 @@ impl Encoder {
                 rope_theta: cfg.rope_theta(kind),
             });
         }
+        let final_norm = norm(store, "encoder.final_norm.weight")?;
         Ok(Encoder {
             tok_embeddings: store.take("encoder.embeddings.tok_embeddings.weight")?,
             emb_norm: norm(store, "encoder.embeddings.norm.weight")?,
             layers,
-            final_norm: norm(store, "encoder.final_norm.weight")?,
+            host_final_norm: host_norm(&final_norm)?,
+            final_norm,
             heads: Heads {
                 heads: cfg.num_attention_heads,
                 head_dim: cfg.head_dim(),
@@ -200,8 +188,29 @@ impl Encoder {
             host_geglu: kernels.host_math,
             host_attention: kernels.host_math && !kernels.padded,
             rope_tables: RopeTables::default(),
-            host_buffers: std::sync::Mutex::default(),
         })
+    }
+
+    /// The embeddings' output for `ids`, `[T, d]`, f32. `tap` sees it.
+    fn embed(&self, ids: &Array, tap: Option<&mut Tap>) -> Result<Array, Exception> {
+        // The residual stream is f32 at every precision, as under PyTorch's autocast: only
+        // the matmuls and attention run in the compute dtype (`Linear` casts its input).
+        let x = self.emb_norm.forward(
+            &self
+                .tok_embeddings
+                .take_axis(ids, 0)?
+                .as_dtype(mlx_rs::Dtype::Float32)?,
+        )?;
+        if let Some(tap) = tap {
+            tap("embeddings", &x)?;
+        }
+        Ok(x)
+    }
+
+    /// Whether the whole encoder can run on the host ([`Encoder::forward_on_host`]): host
+    /// attention, host GeGLU, and host `Wqkv`, `attn.Wo` and `Wi` in every layer.
+    pub fn runs_on_host(&self) -> bool {
+        self.host_attention && self.host_geglu && self.host_layers().is_some()
     }
 
     /// `ids` is `[T]` (all rows' tokens packed, spans `spans`); returns `h_enc`, `[T, d]`.
@@ -213,23 +222,7 @@ impl Encoder {
         spans: &[Span],
         mut tap: Option<&mut Tap>,
     ) -> Result<Array, Exception> {
-        // The residual stream is f32 at every precision, as under PyTorch's autocast: only
-        // the matmuls and attention run in the compute dtype (`Linear` casts its input).
-        let mut x = self.emb_norm.forward(
-            &self
-                .tok_embeddings
-                .take_axis(ids, 0)?
-                .as_dtype(mlx_rs::Dtype::Float32)?,
-        )?;
-        if let Some(tap) = tap.as_deref_mut() {
-            tap("embeddings", &x)?;
-        }
-        if self.host_attention && self.host_geglu {
-            if let Some(layers) = self.host_layers() {
-                let x = self.layers_on_host(&x, spans, &layers, tap)?;
-                return self.final_norm.forward(&x);
-            }
-        }
+        let mut x = self.embed(ids, tap.as_deref_mut())?;
         let padded = self.padded.then(|| PaddedBatch::new(spans, spans));
         for (l, layer) in self.layers.iter().enumerate() {
             let _span = tracing::trace_span!("encoder_layer", l, kind = ?layer.kind).entered();
@@ -326,27 +319,33 @@ impl Encoder {
             .collect()
     }
 
-    /// The layers on the host: from the embeddings' output `x` (`[T, d]`, f32) to the last
-    /// layer's residual stream, which never becomes an MLX array in between. `mlp.Wo` runs
-    /// through MLX where it is not a host layer (`--int8` without the host f32 GEMMs).
-    fn layers_on_host(
+    /// [`Encoder::forward`] with the layers on the host ([`Encoder::runs_on_host`]): from
+    /// the embeddings' output to `h_enc`, left in `buffers.residual` (`[T, d]`, f32), the
+    /// residual stream never becomes an MLX array. `mlp.Wo` runs through MLX where it is not
+    /// a host layer (`--int8` without the host f32 GEMMs).
+    ///
+    /// An error unless [`Encoder::runs_on_host`].
+    pub fn forward_on_host(
         &self,
-        x: &Array,
+        ids: &Array,
         spans: &[Span],
-        layers: &[HostLayer],
         mut tap: Option<&mut Tap>,
-    ) -> Result<Array, Exception> {
+        buffers: &mut Buffers,
+    ) -> Result<(), Exception> {
+        let layers = self
+            .host_layers()
+            .ok_or_else(|| Exception::custom("the encoder's layers do not all run on the host"))?;
+        let x = self.embed(ids, tap.as_deref_mut())?;
         let (d, inter) = (self.hidden, self.intermediate);
-        let mut buffers = self.host_buffers.lock().unwrap_or_else(|e| e.into_inner());
-        let HostBuffers {
+        let Buffers {
             residual,
             normed,
-            qkv,
-            attn_out,
-            wi_out,
+            projected: qkv,
+            to_add,
+            wide: wi_out,
             geglu,
-            mlp_out,
-        } = &mut *buffers;
+            ..
+        } = buffers;
         let x = x.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
         residual.clear();
         residual.extend_from_slice(host_values(&x, "the embeddings")?);
@@ -371,7 +370,7 @@ impl Encoder {
                 let rows = group.start * d..group.end * d;
                 let qkv = host.wqkv.forward_host(&normed[rows.clone()], qkv);
                 let attn = self.attend_on_host(qkv, &group.spans, layer);
-                host.wo.forward_add(&attn, &mut residual[rows], attn_out);
+                host.wo.forward_add(&attn, &mut residual[rows], to_add);
             }
             if let Some(tap) = tap.as_deref_mut() {
                 tap(
@@ -389,7 +388,7 @@ impl Encoder {
             {
                 crate::host::geglu_into(host.wi.forward_host(m, wi_out), inter, geglu);
                 match layer.mlp_wo.host() {
-                    Some(mlp_wo) => mlp_wo.forward_add(geglu, x, mlp_out),
+                    Some(mlp_wo) => mlp_wo.forward_add(geglu, x, to_add),
                     None => {
                         let rows = (geglu.len() / inter) as i32;
                         let y = layer
@@ -407,7 +406,9 @@ impl Encoder {
                 )?;
             }
         }
-        Ok(Array::from_slice(residual, &shape))
+        self.host_final_norm.forward_into(residual, normed);
+        std::mem::swap(residual, normed);
+        Ok(())
     }
 
     /// Vocabulary size (token ids must be below it).

@@ -17,6 +17,7 @@ use crate::attention::{spans_from_lengths, Span};
 use crate::encoder::{Encoder, Tap};
 use crate::error::{ForwardError, LoadError};
 use crate::head::{act_features, ActHead, DecisionHead, Scorer};
+use crate::host::{add_assign, Buffers};
 use crate::settings::{DeviceKind, EngineSettings, Kernels, Precision};
 use crate::weights::TensorStore;
 
@@ -34,9 +35,14 @@ pub struct MlxEngine {
     full_last_head_layer: bool,
     encoder: Encoder,
     type_emb: Array,
+    /// `type_emb`'s values on the host (`[types, d]`, f32), for the host path.
+    type_emb_host: Vec<f32>,
     head: DecisionHead,
     scorer: Scorer,
     act_head: ActHead,
+    /// The host path's buffers ([`Encoder::forward_on_host`], then the head's), kept from
+    /// forward to forward.
+    buffers: std::sync::Mutex<Buffers>,
 }
 
 impl std::fmt::Debug for MlxEngine {
@@ -174,6 +180,10 @@ impl MlxEngine {
             ))
         })?;
         drop(store);
+        let type_emb_host = mlx_rs::with_stream(&stream, || {
+            read_f32(&type_emb.as_dtype(mlx_rs::Dtype::Float32)?, "type_emb")
+        })
+        .map_err(|e| LoadError::Unsupported(format!("reading type_emb: {e}")))?;
         crate::backend::release_free_memory();
         tracing::info!(
             dir = %dir.display(),
@@ -193,9 +203,11 @@ impl MlxEngine {
             full_last_head_layer: settings.full_last_head_layer,
             encoder,
             type_emb,
+            type_emb_host,
             head,
             scorer,
             act_head,
+            buffers: std::sync::Mutex::default(),
         })
     }
 
@@ -298,22 +310,50 @@ impl MlxEngine {
         let select_spans: Vec<Span> = spans_from_lengths(select_lens);
 
         let t = total as i32;
-        let h = self
-            .encoder
-            .forward(&Array::from_slice(&ids, &[t]), &spans, tap)?;
-        // §3.2: the type embedding is added after the final norm, at every position.
-        let h = h.add(
-            self.type_emb
-                .take_axis(Array::from_slice(&qtypes, &[t]), 0)?,
-        )?;
+        let ids = Array::from_slice(&ids, &[t]);
         let select_arr = Array::from_slice(&select, &[select.len() as i32]);
-        let sel = self.head.forward(
-            &h,
-            &spans,
-            &select_arr,
-            &select_spans,
-            self.full_last_head_layer,
-        )?;
+        let sel = if self.encoder.runs_on_host() {
+            // The residual stream stays on the host from the encoder's first layer to the
+            // head's last (the head's too, where it runs there).
+            let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+            self.encoder
+                .forward_on_host(&ids, &spans, tap, &mut buffers)?;
+            self.add_type_embedding(&mut buffers.residual, &qtypes);
+            if self.head.runs_on_host() {
+                let select: Vec<usize> = select.iter().map(|&p| p as usize).collect();
+                self.head.forward_on_host(
+                    &mut buffers,
+                    &spans,
+                    &select,
+                    &select_spans,
+                    self.full_last_head_layer,
+                )?
+            } else {
+                let d = self.config.encoder.hidden_size as i32;
+                let h = Array::from_slice(&buffers.residual, &[t, d]);
+                self.head.forward(
+                    &h,
+                    &spans,
+                    &select_arr,
+                    &select_spans,
+                    self.full_last_head_layer,
+                )?
+            }
+        } else {
+            let h = self.encoder.forward(&ids, &spans, tap)?;
+            // §3.2: the type embedding is added after the final norm, at every position.
+            let h = h.add(
+                self.type_emb
+                    .take_axis(Array::from_slice(&qtypes, &[t]), 0)?,
+            )?;
+            self.head.forward(
+                &h,
+                &spans,
+                &select_arr,
+                &select_spans,
+                self.full_last_head_layer,
+            )?
+        };
 
         let pooled_idx: Vec<u32> = select_spans.iter().map(|s| s.start as u32).collect();
         let marker_idx: Vec<u32> = select_spans
@@ -358,6 +398,18 @@ impl MlxEngine {
                 act_logits: a.to_vec(),
             })
             .collect())
+    }
+}
+
+impl MlxEngine {
+    /// §3.2's type embedding added to `h` (`[T, d]` on the host) at every position, token
+    /// `i` taking row `qtypes[i]`: the same f32 adds as MLX's.
+    fn add_type_embedding(&self, h: &mut [f32], qtypes: &[u32]) {
+        let d = self.config.encoder.hidden_size;
+        for (x, &q) in h.chunks_exact_mut(d).zip(qtypes) {
+            let q = q as usize;
+            add_assign(x, &self.type_emb_host[q * d..(q + 1) * d]);
+        }
     }
 }
 

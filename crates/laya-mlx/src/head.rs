@@ -10,9 +10,11 @@ use mlx_rs::{ops, Array};
 use crate::attention::{
     packed_attention, row_groups, Heads, PaddedBatch, Span, Window, ROW_GROUP_TOKENS,
 };
+use crate::encoder::{host_norm, FEED_FORWARD_ROWS};
 use crate::error::LoadError;
+use crate::host::{add_assign, relu_in_place, Buffers, HostNorm};
 use crate::host_attention;
-use crate::layers::{gelu_erf, LayerNorm, Linear};
+use crate::layers::{gelu_erf, HostLinear, LayerNorm, Linear};
 use crate::settings::Kernels;
 use crate::weights::{head_heads, TensorStore};
 
@@ -65,6 +67,18 @@ struct HeadLayer {
     norm2: LayerNorm,
     linear1: Linear,
     linear2: Linear,
+    /// `norm1` and `norm2` on the host, for the host path ([`DecisionHead::forward_on_host`]).
+    host_norms: (HostNorm, HostNorm),
+}
+
+/// One layer whose linear layers are host layers, but for `linear2`, which may be either
+/// ([`DecisionHead::host_layers`]).
+struct HostHeadLayer<'a> {
+    q_proj: &'a HostLinear,
+    kv_proj: &'a HostLinear,
+    out_proj: &'a HostLinear,
+    linear1: &'a HostLinear,
+    layer: &'a HeadLayer,
 }
 
 /// The decision head.
@@ -128,12 +142,15 @@ impl DecisionHead {
                 .map_err(|_| LoadError::Unsupported(format!("cannot split {w_name}")))?;
             let [bq, bkv] = <[Array; 2]>::try_from(bs)
                 .map_err(|_| LoadError::Unsupported(format!("cannot split {w_name}")))?;
+            let norm1 = layer_norm(store, &format!("{p}.norm1"))?;
+            let norm2 = layer_norm(store, &format!("{p}.norm2"))?;
             layers.push(HeadLayer {
-                norm1: layer_norm(store, &format!("{p}.norm1"))?,
+                host_norms: (host_norm(&norm1)?, host_norm(&norm2)?),
+                norm1,
                 q_proj: Linear::for_model(&wq, Some(bq), kernels, true).map_err(mlx(&w_name))?,
                 kv_proj: Linear::for_model(&wkv, Some(bkv), kernels, true).map_err(mlx(&w_name))?,
                 out_proj: head_linear(store, &format!("{p}.self_attn.out_proj"), kernels, true)?,
-                norm2: layer_norm(store, &format!("{p}.norm2"))?,
+                norm2,
                 linear1: head_linear(store, &format!("{p}.linear1"), kernels, true)?,
                 // The feed-forward output stays f32 (see `EngineSettings::int8`).
                 linear2: head_linear(store, &format!("{p}.linear2"), kernels, false)?,
@@ -227,6 +244,154 @@ impl DecisionHead {
             };
         }
         x.take_axis(select, 0)
+    }
+
+    /// Every layer's linear layers on the host, or `None` if one of `in_proj`, `out_proj`
+    /// and `linear1` is not a host layer (`linear2` may be either).
+    fn host_layers(&self) -> Option<Vec<HostHeadLayer<'_>>> {
+        self.layers
+            .iter()
+            .map(|layer| {
+                Some(HostHeadLayer {
+                    q_proj: layer.q_proj.host()?,
+                    kv_proj: layer.kv_proj.host()?,
+                    out_proj: layer.out_proj.host()?,
+                    linear1: layer.linear1.host()?,
+                    layer,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether the head can run on the host ([`DecisionHead::forward_on_host`]): host
+    /// attention and host linear layers.
+    pub fn runs_on_host(&self) -> bool {
+        self.host_attention && self.host_layers().is_some()
+    }
+
+    /// [`DecisionHead::forward`] on the host ([`DecisionHead::runs_on_host`]), from its
+    /// input in `buffers.residual` (`[T, d]`, f32), which it overwrites; `select` holds the
+    /// packed positions. The residual stream stays in the host's buffers from layer to
+    /// layer, the adds are made by the GEMMs as they store, and only the output, `[S, d]`
+    /// f32, becomes an MLX array. Every step is per row or per token, as in
+    /// [`DecisionHead::forward`], so rows and blocks of rows give the same values.
+    pub fn forward_on_host(
+        &self,
+        buffers: &mut Buffers,
+        spans: &[Span],
+        select: &[usize],
+        select_spans: &[Span],
+        full_last_layer: bool,
+    ) -> Result<Array, Exception> {
+        let layers = self
+            .host_layers()
+            .ok_or_else(|| Exception::custom("the decision head does not run on the host"))?;
+        let d = self.hidden;
+        let Buffers {
+            residual,
+            normed,
+            projected: kv,
+            queries,
+            to_add,
+            wide,
+            ..
+        } = buffers;
+        let groups: Vec<_> = row_groups(spans, ROW_GROUP_TOKENS).collect();
+        let n = layers.len();
+        for (j, host) in layers.iter().enumerate() {
+            let _span = tracing::trace_span!("head_layer", j).entered();
+            let (norm1, _) = &host.layer.host_norms;
+            norm1.forward_into(residual, normed);
+            if j + 1 == n && !full_last_layer {
+                // Queries, residual and feed-forward at the selected positions only; keys
+                // and values still cover every token.
+                let mut x_sel = Vec::with_capacity(select.len() * d);
+                let mut a_sel = Vec::with_capacity(select.len() * d);
+                let mut rows = select_spans;
+                for group in &groups {
+                    let (here, rest) = rows.split_at(group.spans.len());
+                    rows = rest;
+                    let first = here.first().map_or(0, |s| s.start);
+                    let picked = here.last().map_or(first, |s| s.start + s.len);
+                    let at = &select[first..picked];
+                    let q_spans: Vec<Span> = here
+                        .iter()
+                        .map(|s| Span {
+                            start: s.start - first,
+                            len: s.len,
+                        })
+                        .collect();
+                    a_sel.clear();
+                    for &p in at {
+                        a_sel.extend_from_slice(&normed[p * d..(p + 1) * d]);
+                    }
+                    let x0 = x_sel.len();
+                    for &p in at {
+                        x_sel.extend_from_slice(&residual[p * d..(p + 1) * d]);
+                    }
+                    let group_rows = group.start * d..group.end * d;
+                    let keys = host.kv_proj.forward_host(&normed[group_rows], kv);
+                    let q = host.q_proj.forward_host(&a_sel, queries);
+                    let att = host_attention::cross_attention(q, &q_spans, keys, &group.spans, d);
+                    host.out_proj.forward_add(&att, &mut x_sel[x0..], to_add);
+                }
+                self.feed_forward_on_host(host, &mut x_sel, normed, wide, to_add)?;
+                return Ok(Array::from_slice(&x_sel, &[select.len() as i32, d as i32]));
+            }
+            // A few whole rows at a time: keys and values are twice the layer's width.
+            for group in &groups {
+                let rows = group.start * d..group.end * d;
+                let keys = host.kv_proj.forward_host(&normed[rows.clone()], kv);
+                let q = host.q_proj.forward_host(&normed[rows.clone()], queries);
+                let att = host_attention::cross_attention(q, &group.spans, keys, &group.spans, d);
+                host.out_proj.forward_add(&att, &mut residual[rows], to_add);
+            }
+            self.feed_forward_on_host(host, residual, normed, wide, to_add)?;
+        }
+        let mut out = Vec::with_capacity(select.len() * d);
+        for &p in select {
+            out.extend_from_slice(&residual[p * d..(p + 1) * d]);
+        }
+        Ok(Array::from_slice(&out, &[select.len() as i32, d as i32]))
+    }
+
+    /// `x += linear2(relu(linear1(norm2(x))))` on the host, in blocks of rows: `linear1`'s
+    /// output is four times the layer's width.
+    fn feed_forward_on_host(
+        &self,
+        host: &HostHeadLayer,
+        x: &mut [f32],
+        normed: &mut Vec<f32>,
+        wide: &mut Vec<f32>,
+        to_add: &mut Vec<f32>,
+    ) -> Result<(), Exception> {
+        let d = self.hidden;
+        host.layer.host_norms.1.forward_into(x, normed);
+        for (x, m) in x
+            .chunks_mut(FEED_FORWARD_ROWS * d)
+            .zip(normed.chunks(FEED_FORWARD_ROWS * d))
+        {
+            let len = host.linear1.forward_host(m, wide).len();
+            let width = host.linear1.out_features();
+            let h = &mut wide[..len];
+            relu_in_place(h);
+            match host.layer.linear2.host() {
+                Some(linear2) => linear2.forward_add(h, x, to_add),
+                None => {
+                    let rows = (h.len() / width.max(1)) as i32;
+                    let y = host
+                        .layer
+                        .linear2
+                        .forward(&Array::from_slice(h, &[rows, width as i32]))?
+                        .as_dtype(mlx_rs::Dtype::Float32)?;
+                    let y = y
+                        .try_as_slice::<f32>()
+                        .map_err(|e| Exception::custom(format!("reading linear2's output: {e}")))?;
+                    add_assign(x, y);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A layer at every position: `a` is `norm1(x)`, rows `spans`.

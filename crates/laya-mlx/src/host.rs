@@ -42,12 +42,18 @@ pub(crate) fn geglu_into(h: &[f32], inter: usize, out: &mut Vec<f32>) {
     );
 }
 
-/// A bias-free LayerNorm (ModernBERT's) over rows of its weight's width, on the host: the
-/// mean, then the variance about it (two passes, so a large mean does not cancel the
-/// variance away), `(x − mean) · 1/√(var + eps) · weight`, all in f32.
+/// LayerNorm over rows of its weight's width, on the host: the mean, then the variance
+/// about it (two passes, so a large mean does not cancel the variance away), summed in f64,
+/// then `(x − mean) · 1/√(var + eps) · weight (+ bias)` in f32. ModernBERT's norms have no
+/// bias; the decision head's (PyTorch's `LayerNorm`) have one.
+///
+/// Summed in f32, the moments put the tiny checkpoint's f32 logits 1.8e-5 from upstream's;
+/// in f64 (as near exact as PyTorch's Welford sums), 1.6e-5 and act logits 1.8e-6 from
+/// upstream's, against MLX's norm's 1.6e-5 and 2.6e-6 (`tests/parity.rs`).
 #[derive(Debug)]
 pub(crate) struct HostNorm {
     pub weight: Vec<f32>,
+    pub bias: Option<Vec<f32>>,
     pub eps: f32,
 }
 
@@ -69,7 +75,7 @@ impl HostNorm {
                 .map(|(src, dst)| {
                     move || {
                         for (row, o) in src.chunks_exact(d).zip(dst.chunks_exact_mut(d)) {
-                            norm_row(row, &self.weight, self.eps, o);
+                            norm_row(row, &self.weight, self.bias.as_deref(), self.eps, o);
                         }
                     }
                 }),
@@ -84,57 +90,106 @@ pub(crate) fn add_assign(x: &mut [f32], y: &[f32]) {
     }
 }
 
-fn norm_row(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+fn norm_row(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: the CPU has AVX-512F, checked just above.
-        unsafe { norm_row_avx512(x, w, eps, out) };
+        unsafe { norm_row_avx512(x, w, b, eps, out) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, checked just above.
-        unsafe { norm_row_avx2(x, w, eps, out) };
+        unsafe { norm_row_avx2(x, w, b, eps, out) };
         return;
     }
-    norm_row_portable(x, w, eps, out);
+    norm_row_portable(x, w, b, eps, out);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn norm_row_avx512(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    norm_row_portable(x, w, eps, out)
+unsafe fn norm_row_avx512(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, out: &mut [f32]) {
+    norm_row_portable(x, w, b, eps, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn norm_row_avx2(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    norm_row_portable(x, w, eps, out)
+unsafe fn norm_row_avx2(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, out: &mut [f32]) {
+    norm_row_portable(x, w, b, eps, out)
 }
 
-/// Sixteen partial sums of `f(v)` over `x`, so the sum vectorizes; their total in a fixed
-/// order, so every build gives the same bits.
+/// Eight partial sums of `f(v)` over `x`, in f64, so the sum vectorizes; their total in a
+/// fixed order, so every build gives the same bits.
 #[inline(always)]
-fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut lanes = [0f32; 16];
-    let mut chunks = x.chunks_exact(16);
+fn lane_sum(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut lanes = [0f64; 8];
+    let mut chunks = x.chunks_exact(8);
     for c in &mut chunks {
         for (l, &v) in lanes.iter_mut().zip(c) {
-            *l += f(v);
+            *l += f(v as f64);
         }
     }
-    lanes.iter().sum::<f32>() + chunks.remainder().iter().map(|&v| f(v)).sum::<f32>()
+    lanes.iter().sum::<f64>() + chunks.remainder().iter().map(|&v| f(v as f64)).sum::<f64>()
 }
 
 #[inline(always)]
-fn norm_row_portable(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let n = x.len() as f32;
-    let mean = lane_sum(x, |v| v) / n;
-    let var = lane_sum(x, |v| (v - mean) * (v - mean)) / n;
-    let inv = 1.0 / (var + eps).sqrt();
-    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
-        *o = (v - mean) * inv * g;
+fn norm_row_portable(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, out: &mut [f32]) {
+    let n = x.len() as f64;
+    let mean64 = lane_sum(x, |v| v) / n;
+    let var = lane_sum(x, |v| (v - mean64) * (v - mean64)) / n;
+    let mean = mean64 as f32;
+    let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
+    match b {
+        Some(b) => {
+            for (((o, &v), &g), &c) in out.iter_mut().zip(x).zip(w).zip(b) {
+                *o = (v - mean) * inv * g + c;
+            }
+        }
+        None => {
+            for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+                *o = (v - mean) * inv * g;
+            }
+        }
     }
+}
+
+/// `max(x, 0)` in place (the decision head's ReLU), split across cores.
+pub(crate) fn relu_in_place(x: &mut [f32]) {
+    let per = x
+        .len()
+        .div_ceil(parallel::threads_for(x.len(), x.len()))
+        .max(1);
+    parallel::run(x.chunks_mut(per).map(|part| {
+        move || {
+            for v in part {
+                *v = v.max(0.0);
+            }
+        }
+    }));
+}
+
+/// The host path's buffers, reused from layer to layer and forward to forward, by the
+/// encoder and then the decision head: the residual stream and a norm's output are 22 MB
+/// each at 5,500 tokens, a fresh buffer each time costs its page faults, and buffers of
+/// their own for the head would hold ~100 MB more at the peak.
+#[derive(Debug, Default)]
+pub(crate) struct Buffers {
+    /// The residual stream, `[T, d]`.
+    pub residual: Vec<f32>,
+    /// A norm's output, `[T, d]`.
+    pub normed: Vec<f32>,
+    /// A fused projection's output: the encoder's `Wqkv`, the head's keys and values.
+    pub projected: Vec<f32>,
+    /// The head's queries.
+    pub queries: Vec<f32>,
+    /// A linear layer's output on its way into the residual stream, where the layer cannot
+    /// add as it stores (int8).
+    pub to_add: Vec<f32>,
+    /// The feed-forward's first linear layer's output: the encoder's `Wi`, the head's
+    /// `linear1` (ReLU in place).
+    pub wide: Vec<f32>,
+    /// The encoder's GeGLU output.
+    pub geglu: Vec<f32>,
 }
 
 /// Softmax of each `keys`-long row of `scores` (all rows, row-major), over the keys whose
@@ -344,24 +399,33 @@ mod tests {
             .map(|i| next() * 4.0 + (i / d) as f32 * 6.0)
             .collect();
         x[3 * d + 17] = 900.0;
-        let norm = HostNorm { weight, eps: 1e-5 };
-        let mut out = Vec::new();
-        norm.forward_into(&x, &mut out);
-        assert_eq!(out.len(), x.len());
-        for (row, got) in x.chunks(d).zip(out.chunks(d)) {
-            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
-            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
-            let inv = 1.0 / (var + 1e-5).sqrt();
-            for ((&v, &g), &w) in row.iter().zip(got).zip(&norm.weight) {
-                let want = (v as f64 - mean) * inv * w as f64;
-                assert!(
-                    (g as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                    "{g} vs {want}"
-                );
+        // Without a bias (ModernBERT's norms) and with one (the decision head's).
+        let bias: Vec<f32> = (0..d).map(|_| next() * 3.0).collect();
+        for bias in [None, Some(bias)] {
+            let norm = HostNorm {
+                weight: weight.clone(),
+                bias,
+                eps: 1e-5,
+            };
+            let mut out = Vec::new();
+            norm.forward_into(&x, &mut out);
+            assert_eq!(out.len(), x.len());
+            for (row, got) in x.chunks(d).zip(out.chunks(d)) {
+                let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+                let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+                let inv = 1.0 / (var + 1e-5).sqrt();
+                for (c, (&v, &g)) in row.iter().zip(got).enumerate() {
+                    let shift = norm.bias.as_ref().map_or(0.0, |b| b[c] as f64);
+                    let want = (v as f64 - mean) * inv * norm.weight[c] as f64 + shift;
+                    assert!(
+                        (g as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "{g} vs {want}"
+                    );
+                }
             }
+            norm.forward_into(&[], &mut out);
+            assert!(out.is_empty());
         }
-        norm.forward_into(&[], &mut out);
-        assert!(out.is_empty());
     }
 
     /// erf and exp in f64 from their series/the standard library, as the yardstick.
@@ -487,7 +551,7 @@ mod tests {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let (mut g0, mut n0) = (vec![0f32; n], vec![0f32; n]);
         super::geglu_row_portable(&a, &b, &mut g0);
-        super::norm_row_portable(&a, &w, 1e-5, &mut n0);
+        super::norm_row_portable(&a, &w, Some(&b), 1e-5, &mut n0);
         let mut builds = 0;
         for (name, present) in [("avx2", has!("avx2")), ("avx512", has!("avx512f"))] {
             if !present {
@@ -498,10 +562,10 @@ mod tests {
             unsafe {
                 if name == "avx2" {
                     super::geglu_row_avx2(&a, &b, &mut g);
-                    super::norm_row_avx2(&a, &w, 1e-5, &mut m);
+                    super::norm_row_avx2(&a, &w, Some(&b), 1e-5, &mut m);
                 } else {
                     super::geglu_row_avx512(&a, &b, &mut g);
-                    super::norm_row_avx512(&a, &w, 1e-5, &mut m);
+                    super::norm_row_avx512(&a, &w, Some(&b), 1e-5, &mut m);
                 }
             }
             assert_eq!(bits(&g), bits(&g0), "{name} GeGLU");

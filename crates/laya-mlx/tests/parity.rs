@@ -281,3 +281,35 @@ fn bad_rows_are_errors_not_panics() {
         println!("{:?} -> {err}", r);
     }
 }
+
+/// `--int8` where the host has no f32 kernel: the feed-forward outputs (`mlp.Wo`, the head's
+/// `linear2`) stay f32 and go through MLX's GEMM inside the host path, whose results are
+/// added to the host's residual stream. Against the host's own f32 GEMMs the two differ only
+/// in summation order, which can move an activation across an int8 rounding step: a few 1e-3
+/// on a logit at most, where a dropped or misplaced add is off by the logit's whole size.
+#[test]
+fn int8_layers_agree_whichever_gemm_runs_the_f32_layers() {
+    use laya_mlx::int8::{Activations, Int8};
+    let rows = mixed_rows();
+    let run = |host_gemm: Option<bool>| {
+        let settings = EngineSettings {
+            precision: Some(Precision::F32),
+            int8: Some(Int8::detect(Activations::Split)),
+            host_gemm,
+            ..EngineSettings::default()
+        };
+        let mut engine = MlxEngine::load(&checkpoint("tiny"), &settings).expect("loads");
+        engine.forward(&rows).expect("forward")
+    };
+    let (host, mlx) = (run(None), run(Some(false)));
+    let d = max_logit_diff(&host, &mlx);
+    let scale = host
+        .iter()
+        .flat_map(|r| &r.logits)
+        .fold(0f32, |m, &v| m.max(v.abs()));
+    println!(
+        "int8, f32 layers on the host vs through MLX: max |diff| {d:.3e} (logits up to {scale:.2})"
+    );
+    assert!(d <= 1e-2, "the f32 layers' two paths differ by {d}");
+    assert!(scale > 1.0, "logits too small to tell a dropped add apart");
+}
