@@ -6,8 +6,10 @@ use laya_mlx::f32_linear::{F32Linear, Kernel};
 use crate::common::{same_bits, Values};
 
 /// Shapes with ragged channel blocks (`out` not a multiple of 16 or 32), odd `k`, row counts
-/// around every tile height (6 and 12), and rows in several cache chunks.
-const SHAPES: [(usize, usize, usize); 7] = [
+/// around every tile height (6 and 12), and rows in several cache chunks (2 MB of rows
+/// each: 512 at `k` = 1,024, the last one short) and packing units.
+const SHAPES: [(usize, usize, usize); 8] = [
+    (1100, 40, 1024),
     (150, 40, 1024),
     (1, 8, 4),
     (7, 37, 13),
