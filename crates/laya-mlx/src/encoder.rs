@@ -65,7 +65,9 @@ fn host_values<'a>(x: &'a Array, what: &str) -> Result<&'a [f32], Exception> {
         .map_err(|e| Exception::custom(format!("reading {what}: {e}")))
 }
 
-/// Rows the host's feed-forward half computes at a time ([`Encoder::forward_on_host`]).
+/// Rows the host's feed-forward halves compute at a time ([`Encoder::forward_on_host`],
+/// `DecisionHead::forward_on_host`): the encoder's `Wi` output is 2.5 times the layer's
+/// width, the head's `linear1` output 4 times.
 pub(crate) const FEED_FORWARD_ROWS: usize = 1024;
 
 /// One encoder layer.
@@ -334,7 +336,8 @@ impl Encoder {
     ) -> Result<(), Exception> {
         let layers = self
             .host_layers()
-            .ok_or_else(|| Exception::custom("the encoder's layers do not all run on the host"))?;
+            .filter(|_| self.host_attention && self.host_geglu)
+            .ok_or_else(|| Exception::custom("the encoder does not run on the host"))?;
         let x = self.embed(ids, tap.as_deref_mut())?;
         let (d, inter) = (self.hidden, self.intermediate);
         let Buffers {

@@ -272,9 +272,11 @@ impl DecisionHead {
     /// [`DecisionHead::forward`] on the host ([`DecisionHead::runs_on_host`]), from its
     /// input in `buffers.residual` (`[T, d]`, f32), which it overwrites; `select` holds the
     /// packed positions. The residual stream stays in the host's buffers from layer to
-    /// layer, the adds are made by the GEMMs as they store, and only the output, `[S, d]`
-    /// f32, becomes an MLX array. Every step is per row or per token, as in
-    /// [`DecisionHead::forward`], so rows and blocks of rows give the same values.
+    /// layer, the f32 host GEMMs add into it as they store (int8 layers add from
+    /// `buffers.to_add`; a `linear2` that is not a host layer runs through MLX, its input
+    /// and output as arrays), and the output, `[S, d]` f32, becomes an MLX array. Every
+    /// step is per row or per token, as in [`DecisionHead::forward`], so rows and blocks of
+    /// rows give the same values. An error unless [`DecisionHead::runs_on_host`].
     pub fn forward_on_host(
         &self,
         buffers: &mut Buffers,
@@ -285,6 +287,7 @@ impl DecisionHead {
     ) -> Result<Array, Exception> {
         let layers = self
             .host_layers()
+            .filter(|_| self.host_attention)
             .ok_or_else(|| Exception::custom("the decision head does not run on the host"))?;
         let d = self.hidden;
         let Buffers {

@@ -153,7 +153,8 @@ fn norm_row_portable(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32, out: &mu
     }
 }
 
-/// `max(x, 0)` in place (the decision head's ReLU), split across cores.
+/// `max(x, 0)` in place (the decision head's ReLU), split across cores. A NaN stays NaN, as
+/// under MLX's `maximum` and PyTorch's `relu`.
 pub(crate) fn relu_in_place(x: &mut [f32]) {
     let per = x
         .len()
@@ -162,7 +163,9 @@ pub(crate) fn relu_in_place(x: &mut [f32]) {
     parallel::run(x.chunks_mut(per).map(|part| {
         move || {
             for v in part {
-                *v = v.max(0.0);
+                if *v < 0.0 {
+                    *v = 0.0;
+                }
             }
         }
     }));
@@ -380,6 +383,24 @@ fn biased_exponent(n: f32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relu_zeroes_negatives_and_keeps_nan() {
+        // Long enough to be split across threads.
+        let mut x: Vec<f32> = (0..1 << 17).map(|i| (i % 7) as f32 - 3.0).collect();
+        x[5] = f32::NAN;
+        x[6] = f32::NEG_INFINITY;
+        let want: Vec<f32> = x.iter().map(|&v| if v < 0.0 { 0.0 } else { v }).collect();
+        super::relu_in_place(&mut x);
+        assert!(
+            x[5].is_nan(),
+            "NaN must pass through, as under PyTorch's relu"
+        );
+        assert_eq!(x[6], 0.0);
+        for (i, (a, b)) in x.iter().zip(&want).enumerate() {
+            assert!(i == 5 || a == b, "{i}: {a} vs {b}");
+        }
+    }
 
     #[test]
     fn host_norm_matches_an_f64_layer_norm() {

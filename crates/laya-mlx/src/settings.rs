@@ -89,7 +89,10 @@ pub struct EngineSettings {
     /// on the host, vectorized and across cores, instead of with MLX's CPU `erf` and `exp`,
     /// which run one element at a time. `None` does so on the CPU. The erf is the form
     /// PyTorch's CPU kernels use. With per-row attention, the encoder's whole self-attention
-    /// (RoPE, scores, softmax, values) runs on the host too (`host_attention.rs`).
+    /// (RoPE, scores, softmax, values) runs on the host too (`host_attention.rs`), and the
+    /// decision head's attention; with host linear layers as well, the residual stream
+    /// stays on the host from the encoder's first layer to the head's last (norms, adds,
+    /// ReLU there too).
     pub host_math: Option<bool>,
     /// `--int8`: the encoder's and the decision head's linear layers with int8 weights (per
     /// output channel) and int8 activations (per row) on the host, with this kernel and
