@@ -9,9 +9,12 @@
 //! logits out, in f32.
 //!
 //! Rows are never padded against each other in a linear layer: every one runs on all rows'
-//! tokens packed into one matrix. Attention runs per row on the CPU (the encoder's on the
-//! host, `host_attention.rs`), and on a GPU over the rows padded to the longest with the
-//! padding masked out (`attention.rs`).
+//! tokens packed into one matrix. Attention runs per row on the CPU (the encoder's and the
+//! decision head's on the host, `host_attention.rs`), and on a GPU over the rows padded to the
+//! longest with the padding masked out (`attention.rs`). On the CPU in f32 or `--int8` the
+//! linear layers run on the host too (`f32_linear.rs`, `int8.rs`), and the residual stream
+//! stays in the host's buffers (`host.rs`) from the encoder's first layer to the decision
+//! head's last.
 //!
 //! ```no_run
 //! use laya_core::engine::{Forward, Row};
