@@ -41,9 +41,9 @@ def merge(reports):
         for r in rounds:
             names += [s["shape"] for s in r["shapes"] if s["shape"] not in names]
         shapes = []
-        for name in names:
+        for shape in names:
             # By round, None where a round lacks the shape, so rounds pair up by index.
-            by_round = [next((s for s in r["shapes"] if s["shape"] == name), None) for r in rounds]
+            by_round = [next((s for s in r["shapes"] if s["shape"] == shape), None) for r in rounds]
             per = [s for s in by_round if s]
             shapes.append(dict(
                 per[0],

@@ -311,15 +311,27 @@ impl MlxEngine {
 
         let t = total as i32;
         let ids = Array::from_slice(&ids, &[t]);
-        let select_arr = Array::from_slice(&select, &[select.len() as i32]);
-        let sel = if self.encoder.runs_on_host() {
-            // The residual stream stays on the host from the encoder's first layer to the
-            // head's last (the head's too, where it runs there).
-            let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        // On the host path the residual stream stays in the host's buffers from the
+        // encoder's first layer (`h` is `None`: it is in `buffers.residual`) to the head's
+        // last, where the head runs there too.
+        let mut buffers = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let h = if self.encoder.runs_on_host() {
             self.encoder
                 .forward_on_host(&ids, &spans, tap, &mut buffers)?;
             self.add_type_embedding(&mut buffers.residual, &qtypes);
-            if self.head.runs_on_host() {
+            None
+        } else {
+            let h = self.encoder.forward(&ids, &spans, tap)?;
+            // §3.2: the type embedding is added after the final norm, at every position.
+            Some(
+                h.add(
+                    self.type_emb
+                        .take_axis(Array::from_slice(&qtypes, &[t]), 0)?,
+                )?,
+            )
+        };
+        let sel = match h {
+            None if self.head.runs_on_host() => {
                 let select: Vec<usize> = select.iter().map(|&p| p as usize).collect();
                 self.head.forward_on_host(
                     &mut buffers,
@@ -328,32 +340,23 @@ impl MlxEngine {
                     &select_spans,
                     self.full_last_head_layer,
                 )?
-            } else {
-                let d = self.config.encoder.hidden_size as i32;
-                let h = Array::from_slice(&buffers.residual, &[t, d]);
+            }
+            h => {
+                let h = h.unwrap_or_else(|| {
+                    let d = self.config.encoder.hidden_size as i32;
+                    Array::from_slice(&buffers.residual, &[t, d])
+                });
+                let select = Array::from_slice(&select, &[select.len() as i32]);
                 self.head.forward(
                     &h,
                     &spans,
-                    &select_arr,
+                    &select,
                     &select_spans,
                     self.full_last_head_layer,
                 )?
             }
-        } else {
-            let h = self.encoder.forward(&ids, &spans, tap)?;
-            // §3.2: the type embedding is added after the final norm, at every position.
-            let h = h.add(
-                self.type_emb
-                    .take_axis(Array::from_slice(&qtypes, &[t]), 0)?,
-            )?;
-            self.head.forward(
-                &h,
-                &spans,
-                &select_arr,
-                &select_spans,
-                self.full_last_head_layer,
-            )?
         };
+        drop(buffers);
 
         let pooled_idx: Vec<u32> = select_spans.iter().map(|s| s.start as u32).collect();
         let marker_idx: Vec<u32> = select_spans
