@@ -94,11 +94,12 @@ pub struct EngineSettings {
     /// stays on the host from the encoder's first layer to the head's last (norms, adds,
     /// ReLU there too).
     pub host_math: Option<bool>,
-    /// `--int8`: the encoder's and the decision head's linear layers with int8 weights (per
-    /// output channel) and int8 activations (per row) on the host, with this kernel and
-    /// activation split ([`crate::int8::Int8::detect`] picks the CPU's best kernel). The feed-forward output
-    /// projections (the encoder's `mlp.Wo`, the head's `linear2`) stay f32: their inputs
-    /// carry the activation outliers that per-row int8 rounds worst. CPU and f32 only.
+    /// `--int8`: the encoder's linear layers with int8 weights (per output channel) and int8
+    /// activations (per row) on the host, with this kernel and activation split
+    /// ([`crate::int8::Int8::detect`] picks the CPU's best kernel). The feed-forward output
+    /// projection `mlp.Wo` stays f32: its inputs carry the activation outliers that per-row
+    /// int8 rounds worst. So does the decision head, ~1 % of the time, whose int8 flipped a
+    /// quarter of the picks that `--int8` flips on the fixtures. CPU and f32 only.
     pub int8: Option<crate::int8::Int8>,
     /// The f32 linear layers of the encoder and the decision head on the host, on weights
     /// packed at load ([`crate::f32_linear`]), instead of MLX's GEMM (OpenBLAS on Linux).

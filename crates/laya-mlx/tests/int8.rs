@@ -129,10 +129,11 @@ fn the_result_is_within_the_rounding_bound() {
 /// The fixtures' random weights make many near ties (a tenth of the answers have their two
 /// best probabilities within 0.01 of each other), and int8 moves probabilities by up to a few
 /// hundredths, so some picks flip. The bounds are what was measured (README), with a little
-/// room: one plane 441 of 480 picks (91.9 %), every flip within a margin of 0.068, the
-/// largest probability difference 0.060; split 472 of 480 (98.3 %), within 0.016 and 0.012.
-/// (440 and 471 before the encoder's norms moved to the host, 444 and 472 before the
-/// decision head's did, each move shifting both sides in the last bits.)
+/// room: one plane 453 of 480 picks (94.4 %), every flip within a margin of 0.057, the
+/// largest probability difference 0.068; split 476 of 480 (99.2 %), within 0.0034 and
+/// 0.012. (With the decision head in int8 too: 441 and 472. Before that, 440 and 471
+/// before the encoder's norms moved to the host, 444 and 472 before the head's did, each
+/// move shifting both sides in the last bits.)
 #[test]
 fn int8_answers_agree_with_f32() {
     use laya_core::agent::Agent;
@@ -164,8 +165,8 @@ fn int8_answers_agree_with_f32() {
     };
     // (mode, least agreement, widest margin a flip may have, largest probability difference)
     let bounds = [
-        (Activations::Int8, 0.90, 0.09, 0.10),
-        (Activations::Split, 0.97, 0.025, 0.02),
+        (Activations::Int8, 0.935, 0.08, 0.09),
+        (Activations::Split, 0.985, 0.01, 0.02),
     ];
     for (acts, rate, margin, diff) in bounds {
         let mut agreement = Agreement::default();

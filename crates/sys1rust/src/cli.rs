@@ -158,9 +158,9 @@ pub struct EngineArgs {
     /// Compute in f16 (the default on a GPU).
     #[arg(long, env = "SYS1_F16", action = clap::ArgAction::SetTrue, value_parser = truthy)]
     pub f16: bool,
-    /// CPU only, never the default: the encoder's and the decision head's linear layers with
-    /// int8 weights (per output channel) and int8 activations (per row), the feed-forward
-    /// output projections and everything else in f32. Faster, and answers move: see the
+    /// CPU only, never the default: the encoder's linear layers with int8 weights (per
+    /// output channel) and int8 activations (per row), the feed-forward output projection,
+    /// the decision head and everything else in f32. Faster, and answers move: see the
     /// README for the agreement with f32 measured.
     #[arg(long, env = "SYS1_INT8", conflicts_with = "f16", action = clap::ArgAction::SetTrue, value_parser = truthy)]
     pub int8: bool,
