@@ -1,4 +1,5 @@
-//! GFLOP/s of the host's f32 GEMM on ModernBERT-large's weight shapes.
+//! GFLOP/s of the host's f32 GEMM on ModernBERT-large's weight shapes, and `Wi` with GeGLU
+//! in its stores.
 //!
 //! `cargo run --release -p laya-mlx --example gemm-rate -- [rows] [reps]`
 
@@ -50,4 +51,25 @@ fn main() {
         );
     }
     println!("all: {:.0} GFLOP/s", total.0 / total.1 / 1e9);
+
+    // `Wi` with GeGLU in its stores: what the fused epilogue costs over the plain GEMM.
+    let (out, k) = (5248, 1024);
+    let w: Vec<f32> = (0..out * k).map(|_| next()).collect();
+    let x: Vec<f32> = (0..rows * k).map(|_| next()).collect();
+    let layer = F32Linear::new(&w, out, k, None).pair_halves();
+    if layer.fuses_geglu(kernel) {
+        let mut y = vec![0f32; rows * out / 2];
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..=reps {
+            let t = Instant::now();
+            layer.forward_geglu_into(&x, kernel, &mut y);
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "Wi+GeGLU {rows}x{k}->{}: {:.3} ms",
+            out / 2,
+            times[reps / 2] * 1e3
+        );
+    }
 }

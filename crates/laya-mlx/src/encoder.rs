@@ -161,7 +161,7 @@ impl Encoder {
                 wqkv: linear(store, &format!("{p}.attn.Wqkv.weight"), true)?,
                 wo: linear(store, &format!("{p}.attn.Wo.weight"), true)?,
                 mlp_norm,
-                wi: linear(store, &format!("{p}.mlp.Wi.weight"), true)?,
+                wi: linear(store, &format!("{p}.mlp.Wi.weight"), true)?.for_geglu(),
                 mlp_wo: linear(store, &format!("{p}.mlp.Wo.weight"), false)?,
                 host_norms,
                 kind,
@@ -389,7 +389,7 @@ impl Encoder {
                 .chunks_mut(FEED_FORWARD_ROWS * d)
                 .zip(normed.chunks(FEED_FORWARD_ROWS * d))
             {
-                crate::host::geglu_into(host.wi.forward_host(m, wi_out), inter, geglu);
+                host.wi.forward_geglu(m, wi_out, geglu);
                 match layer.mlp_wo.host() {
                     Some(mlp_wo) => mlp_wo.forward_add(geglu, x, to_add),
                     None => {

@@ -17,6 +17,13 @@
 //!
 //! Weights are packed in blocks of 16 output channels, each block `[k][16]`: one 64-byte
 //! load is one input's weights for 16 channels.
+//!
+//! ModernBERT's `Wi` feeds GeGLU, `GELU(a) · g` for its output's halves `[a | g]`. Packed
+//! with its halves paired ([`F32Linear::pair_halves`]), each 32-channel tile of the AVX-512
+//! kernel holds 16 channels of `a` and the same 16 of `g`, and stores `GELU(a) · g` directly
+//! ([`F32Linear::forward_geglu_into`]): the `[rows, 2·inter]` output is never written, nor
+//! read again by a pass of its own. The sums are the same chains, and GELU the same
+//! function as [`crate::host::geglu`]'s, so the bits are those of the two steps.
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
@@ -93,6 +100,9 @@ pub struct F32Linear {
     /// splits a line); channels past `out` are zero.
     packed: Vec<Line>,
     bias: Option<Vec<f32>>,
+    /// With halves paired ([`F32Linear::pair_halves`]): `out / 2`, and packed block `2j`
+    /// holds channels `16j …` and block `2j + 1` channels `out / 2 + 16j …`.
+    half: Option<usize>,
 }
 
 impl F32Linear {
@@ -121,6 +131,55 @@ impl F32Linear {
             k,
             packed,
             bias,
+            half: None,
+        }
+    }
+
+    /// Repacks the weights so that each pair of packed blocks holds the same 16 channels of
+    /// the output's two halves, for [`F32Linear::forward_geglu_into`]. Outputs keep their
+    /// order (and bits) for every other call. A layer whose halves are not whole blocks
+    /// stays as it is ([`F32Linear::pairs_halves`] says which).
+    pub fn pair_halves(mut self) -> F32Linear {
+        let half = self.out / 2;
+        if self.half.is_some()
+            || !self.out.is_multiple_of(2)
+            || !half.is_multiple_of(BLOCK)
+            || half == 0
+        {
+            return self;
+        }
+        let (blocks, k) = (self.out / BLOCK, self.k);
+        let mut paired = Vec::with_capacity(self.packed.len());
+        for b in 0..blocks {
+            let from = if b % 2 == 0 {
+                b / 2
+            } else {
+                blocks / 2 + b / 2
+            };
+            paired.extend_from_slice(&self.packed[from * k..(from + 1) * k]);
+        }
+        self.packed = paired;
+        self.half = Some(half);
+        self
+    }
+
+    /// Whether the halves are paired ([`F32Linear::pair_halves`]).
+    pub fn pairs_halves(&self) -> bool {
+        self.half.is_some()
+    }
+
+    /// Whether [`F32Linear::forward_geglu_into`] runs with `kernel`: halves paired, and the
+    /// kernel's tile two blocks wide (AVX-512's).
+    pub fn fuses_geglu(&self, kernel: Kernel) -> bool {
+        self.half.is_some() && kernel.tile().1 == 2
+    }
+
+    /// The first output channel of packed block `b`.
+    fn column(&self, b: usize) -> usize {
+        match self.half {
+            Some(half) if b % 2 == 1 => half + (b / 2) * BLOCK,
+            Some(_) => (b / 2) * BLOCK,
+            None => b * BLOCK,
         }
     }
 
@@ -153,7 +212,21 @@ impl F32Linear {
     /// # Panics
     /// If `kernel` is not [`Kernel::available`], or the shapes do not match.
     pub fn forward_into(&self, x: &[f32], kernel: Kernel, y: &mut [f32]) {
-        self.gemm(x, kernel, y, false);
+        self.gemm(x, kernel, y, Store::Set);
+    }
+
+    /// GeGLU on the layer's output, `GELU(a) · g` for its halves `[a | g]`, into `y`
+    /// (`[rows, out / 2]`, any values): the bits of [`crate::host::geglu`] on
+    /// [`F32Linear::forward`]'s output, without that output.
+    ///
+    /// # Panics
+    /// If `!self.fuses_geglu(kernel)`, or as [`F32Linear::forward_into`].
+    pub fn forward_geglu_into(&self, x: &[f32], kernel: Kernel, y: &mut [f32]) {
+        assert!(
+            self.fuses_geglu(kernel),
+            "GeGLU in the store needs paired halves and a two-block tile"
+        );
+        self.gemm(x, kernel, y, Store::Geglu);
     }
 
     /// `y += x · wᵀ (+ b)`: [`F32Linear::forward_into`] added to what `y` holds, the sum
@@ -163,10 +236,10 @@ impl F32Linear {
     /// # Panics
     /// As [`F32Linear::forward_into`].
     pub fn forward_add_into(&self, x: &[f32], kernel: Kernel, y: &mut [f32]) {
-        self.gemm(x, kernel, y, true);
+        self.gemm(x, kernel, y, Store::Add);
     }
 
-    fn gemm(&self, x: &[f32], kernel: Kernel, y: &mut [f32], add: bool) {
+    fn gemm(&self, x: &[f32], kernel: Kernel, y: &mut [f32], store: Store) {
         assert!(
             kernel.available(),
             "the {} kernel needs a CPU that has it",
@@ -174,7 +247,11 @@ impl F32Linear {
         );
         assert_eq!(x.len() % self.k.max(1), 0, "input is not [rows, k]");
         let rows = x.len().checked_div(self.k).unwrap_or(0);
-        assert_eq!(y.len(), rows * self.out, "output is not [rows, out]");
+        assert_eq!(
+            y.len(),
+            rows * store.width(self.out),
+            "output is not [rows, out]"
+        );
         if rows == 0 || self.out == 0 {
             return;
         }
@@ -221,7 +298,7 @@ impl F32Linear {
             // `[rows, out]` (checked above) and outlives the threads; the kernel is
             // available (checked above); each item is taken by one thread, which writes
             // only that item's rows and channels.
-            unsafe { self.run(xs, tile, out.ptr(), kernel, add) }
+            unsafe { self.run(xs, tile, out.ptr(), kernel, store) }
         };
         crate::parallel::broadcast(threads, work);
         PACKED.with(|p| *p.borrow_mut() = buffer);
@@ -229,17 +306,27 @@ impl F32Linear {
 
     /// # Safety
     /// As [`x86::avx512`].
-    unsafe fn run(&self, packed: &[f32], tile: Tile, y: *mut f32, kernel: Kernel, add: bool) {
+    unsafe fn run(&self, packed: &[f32], tile: Tile, y: *mut f32, kernel: Kernel, store: Store) {
         #[cfg(target_arch = "x86_64")]
-        match (kernel, add) {
-            (Kernel::Avx512, false) => x86::avx512::<false>(self, packed.as_ptr(), tile, y),
-            (Kernel::Avx512, true) => x86::avx512::<true>(self, packed.as_ptr(), tile, y),
-            (Kernel::Avx2Fma, false) => x86::avx2::<false>(self, packed.as_ptr(), tile, y),
-            (Kernel::Avx2Fma, true) => x86::avx2::<true>(self, packed.as_ptr(), tile, y),
+        {
+            const SET: u8 = Store::Set as u8;
+            const ADD: u8 = Store::Add as u8;
+            const GEGLU: u8 = Store::Geglu as u8;
+            let x = packed.as_ptr();
+            match (kernel, store) {
+                (Kernel::Avx512, Store::Set) => x86::avx512::<SET>(self, x, tile, y),
+                (Kernel::Avx512, Store::Add) => x86::avx512::<ADD>(self, x, tile, y),
+                (Kernel::Avx512, Store::Geglu) => x86::avx512::<GEGLU>(self, x, tile, y),
+                (Kernel::Avx2Fma, Store::Set) => x86::avx2::<false>(self, x, tile, y),
+                (Kernel::Avx2Fma, Store::Add) => x86::avx2::<true>(self, x, tile, y),
+                (Kernel::Avx2Fma, Store::Geglu) => {
+                    unreachable!("`forward_geglu_into` checks for a two-block tile")
+                }
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (packed, tile, y, kernel, add);
+            let _ = (packed, tile, y, kernel, store);
             unreachable!("no f32 kernel is available off x86-64");
         }
     }
@@ -429,6 +516,28 @@ fn pack_tile<const MR: usize>(src: &[f32], k: usize, dst: &mut [f32]) {
     }
 }
 
+/// What a GEMM's kernel does with its sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Store {
+    /// Stores them (plus the bias).
+    Set,
+    /// Adds them (plus the bias) to what the output holds.
+    Add,
+    /// Stores GeGLU of each pair of blocks (halves paired: [`F32Linear::pair_halves`]).
+    Geglu,
+}
+
+impl Store {
+    /// The output's row width for a layer of `out` channels.
+    fn width(self, out: usize) -> usize {
+        match self {
+            Store::Geglu => out / 2,
+            Store::Set | Store::Add => out,
+        }
+    }
+}
+
 /// One input's weights for a block of 16 channels: a cache line.
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
@@ -463,7 +572,7 @@ mod x86 {
 
     #[cfg(doc)]
     use super::pack_rows;
-    use super::{F32Linear, Tile, BLOCK};
+    use super::{F32Linear, Store, Tile, BLOCK};
 
     /// [`super::pack_tile`] for 12 rows in 4 × 4 transposes: for each 16 inputs, 4 rows'
     /// loads become 4 vectors that hold, in each 128-bit lane, one input's 4 rows, stored
@@ -515,10 +624,12 @@ mod x86 {
     ///
     /// # Safety
     /// The CPU must have AVX-512F; `x` must hold the item's rows packed by [`pack_rows`] for
-    /// 12-row tiles, and `y` `[rows, lin.out]` for every row of `item`. With `ADD`, the
-    /// results are added to what `y` holds.
+    /// 12-row tiles, and `y` `[rows, width]` for every row of `item` (`width` as
+    /// [`Store::width`] says for `STORE`, a [`Store`] as `u8`). With [`Store::Geglu`] the
+    /// layer's halves are paired and the item's blocks start at an even block and are an
+    /// even number.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn avx512<const ADD: bool>(
+    pub(super) unsafe fn avx512<const STORE: u8>(
         lin: &F32Linear,
         x: *const f32,
         item: Tile,
@@ -527,7 +638,7 @@ mod x86 {
         macro_rules! tile {
             // The tile's rows, packed (see `pack_rows`).
             ($m:literal, $nb:literal, $r:ident, $b:ident) => {
-                tile512::<$m, $nb, ADD>(lin, x.add(($r - item.rows.start) * lin.k), $r, $b, y)
+                tile512::<$m, $nb, STORE>(lin, x.add(($r - item.rows.start) * lin.k), $r, $b, y)
             };
         }
         crate::tiles::sweep!(
@@ -541,7 +652,7 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx512f")]
-    unsafe fn tile512<const MR: usize, const NB: usize, const ADD: bool>(
+    unsafe fn tile512<const MR: usize, const NB: usize, const STORE: u8>(
         lin: &F32Linear,
         x: *const f32,
         r0: usize,
@@ -570,21 +681,41 @@ mod x86 {
                 }
             }
         }
+        let biased = |s: __m512, n0: usize, mask: __mmask16| match &lin.bias {
+            Some(b) => _mm512_add_ps(s, _mm512_maskz_loadu_ps(mask, b.as_ptr().add(n0))),
+            None => s,
+        };
+        if STORE == Store::Geglu as u8 {
+            // Blocks `b0` and `b0 + 1` are the same 16 channels of the two halves, whole
+            // (`pair_halves` pairs only whole blocks).
+            assert!(
+                NB == 2 && b0.is_multiple_of(2),
+                "GeGLU stores pairs of blocks"
+            );
+            let (n0, half) = (lin.column(b0), lin.out / 2);
+            let (mut a, mut g) = ([0f32; BLOCK], [0f32; BLOCK]);
+            for (i, row) in acc.iter().enumerate() {
+                _mm512_storeu_ps(a.as_mut_ptr(), biased(row[0], n0, !0));
+                _mm512_storeu_ps(g.as_mut_ptr(), biased(row[1], half + n0, !0));
+                // SAFETY: `y` is `[rows, half]` (the caller's contract) and `n0 + 16 ≤ half`;
+                // this tile's thread alone writes these 16 values.
+                let at = std::slice::from_raw_parts_mut(y.add((r0 + i) * half + n0), BLOCK);
+                crate::host::geglu_row_portable(&a, &g, at);
+            }
+            return;
+        }
         for (i, row) in acc.iter().enumerate() {
             for (j, &s) in row.iter().enumerate() {
-                let n0 = (b0 + j) * BLOCK;
+                let n0 = lin.column(b0 + j);
                 let lanes = (lin.out - n0).min(BLOCK);
                 let mask: __mmask16 = if lanes == BLOCK {
                     !0
                 } else {
                     (1u16 << lanes) - 1
                 };
-                let v = match &lin.bias {
-                    Some(b) => _mm512_add_ps(s, _mm512_maskz_loadu_ps(mask, b.as_ptr().add(n0))),
-                    None => s,
-                };
+                let v = biased(s, n0, mask);
                 let at = y.add((r0 + i) * lin.out + n0);
-                let v = if ADD {
+                let v = if STORE == Store::Add as u8 {
                     _mm512_add_ps(_mm512_maskz_loadu_ps(mask, at), v)
                 } else {
                     v
@@ -652,7 +783,7 @@ mod x86 {
         }
         for (i, row) in acc.iter().enumerate() {
             for (j, s) in row.iter().enumerate() {
-                let n0 = (b0 + j) * BLOCK;
+                let n0 = lin.column(b0 + j);
                 let mut sums = [0f32; BLOCK];
                 _mm256_storeu_ps(sums.as_mut_ptr(), s[0]);
                 _mm256_storeu_ps(sums.as_mut_ptr().add(8), s[1]);
@@ -675,6 +806,75 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    use super::{F32Linear, Kernel};
+
+    /// Values in [-1, 1) from a fixed seed.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// Paired halves change nothing a plain call returns, on any kernel, and the fused
+    /// GeGLU gives the bits of `host::geglu` on the plain output: row counts around the
+    /// 12-row tile, several 2 MB chunks of rows, ragged `k`, a bias, and halves of one to
+    /// several blocks (and one that cannot pair, which stays as it is).
+    #[test]
+    fn paired_halves_and_the_fused_geglu_give_the_two_steps_bits() {
+        let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
+        for (i, &(rows, inter, k)) in [
+            (1, 16, 4),
+            (13, 48, 64),
+            (207, 64, 131),
+            (1100, 32, 1024),
+            (5, 40, 8),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let out = 2 * inter;
+            let w = values(out * k, 11 + i as u64);
+            let x: Vec<f32> = values(rows * k, 23 + i as u64)
+                .iter()
+                .map(|v| 3.0 * v)
+                .collect();
+            let bias = values(out, 37 + i as u64);
+            let plain = F32Linear::new(&w, out, k, Some(bias.clone()));
+            let paired = F32Linear::new(&w, out, k, Some(bias)).pair_halves();
+            assert_eq!(
+                paired.pairs_halves(),
+                inter.is_multiple_of(16),
+                "inter {inter}"
+            );
+            for &kernel in &kernels {
+                let want = plain.forward(&x, kernel);
+                let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&paired.forward(&x, kernel)),
+                    bits(&want),
+                    "{} at {rows}x{out}x{k}",
+                    kernel.name()
+                );
+                if paired.fuses_geglu(kernel) {
+                    let mut got = vec![f32::NAN; rows * inter];
+                    paired.forward_geglu_into(&x, kernel, &mut got);
+                    assert_eq!(
+                        bits(&got),
+                        bits(&crate::host::geglu(&want, inter)),
+                        "GeGLU, {} at {rows}x{out}x{k}",
+                        kernel.name()
+                    );
+                }
+            }
+        }
+    }
+
     /// The transposing packer against the plain loop, at widths around its 16-input steps.
     #[test]
     #[cfg(target_arch = "x86_64")]

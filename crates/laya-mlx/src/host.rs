@@ -318,7 +318,7 @@ unsafe fn geglu_row_avx2(a: &[f32], b: &[f32], out: &mut [f32]) {
 // No fused multiply-adds are written (Rust never contracts `a * b + c`), so every build of
 // this loop (AVX-512, AVX2, baseline) gives bit-identical results on every x86-64 CPU.
 #[inline(always)]
-fn geglu_row_portable(a: &[f32], b: &[f32], out: &mut [f32]) {
+pub(crate) fn geglu_row_portable(a: &[f32], b: &[f32], out: &mut [f32]) {
     for ((o, &x), &g) in out.iter_mut().zip(a).zip(b) {
         *o = gelu(x) * g;
     }

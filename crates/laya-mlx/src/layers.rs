@@ -130,6 +130,19 @@ impl Linear {
         }
     }
 
+    /// A layer whose output feeds GeGLU: an f32 host layer with its halves paired
+    /// ([`F32Linear::pair_halves`]) so that [`HostLinear::forward_geglu`] can fuse it; any
+    /// other layer as it is.
+    pub fn for_geglu(self) -> Self {
+        match self {
+            Linear::Host(HostLinear::F32 { layer, kernel }) => Linear::Host(HostLinear::F32 {
+                layer: layer.pair_halves(),
+                kernel,
+            }),
+            other => other,
+        }
+    }
+
     /// The host layer, for callers that keep its input and output on the host.
     pub fn host(&self) -> Option<&HostLinear> {
         match self {
@@ -173,6 +186,20 @@ impl HostLinear {
         match self {
             HostLinear::F32 { layer, kernel } => layer.forward_add_into(x, *kernel, y),
             HostLinear::Int8(_) => crate::host::add_assign(y, self.forward_host(x, buf)),
+        }
+    }
+
+    /// GeGLU on the layer's output (`[rows, 2·inter]`, see [`crate::host::geglu`]) into
+    /// `out`, resized to `[rows, inter]`: in the GEMM's stores where the layer fuses it
+    /// ([`F32Linear::fuses_geglu`]), else through `wide`. The same bits either way.
+    pub fn forward_geglu(&self, x: &[f32], wide: &mut Vec<f32>, out: &mut Vec<f32>) {
+        match self {
+            HostLinear::F32 { layer, kernel } if layer.fuses_geglu(*kernel) => {
+                let rows = x.len() / layer.in_features().max(1);
+                out.resize(rows * layer.out_features() / 2, 0.0);
+                layer.forward_geglu_into(x, *kernel, out);
+            }
+            _ => crate::host::geglu_into(self.forward_host(x, wide), self.out_features() / 2, out),
         }
     }
 
