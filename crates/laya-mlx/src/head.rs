@@ -12,7 +12,7 @@ use crate::attention::{
 };
 use crate::encoder::{host_norm, FEED_FORWARD_ROWS};
 use crate::error::LoadError;
-use crate::host::{add_assign, relu_in_place, Buffers, HostNorm};
+use crate::host::{relu_in_place, Buffers, HostNorm};
 use crate::host_attention;
 use crate::layers::{gelu_erf, HostLinear, LayerNorm, Linear};
 use crate::settings::Kernels;
@@ -37,10 +37,11 @@ fn linear(store: &mut TensorStore, prefix: &str) -> Result<Linear, LoadError> {
 
 /// A linear layer of the decision head ([`Linear::for_model`]), f32 even under `--int8`.
 ///
-/// The head is a small share of a forward (~1 % of an `--int8` one at 207 tokens) but sits
-/// right before the softmaxes, so its rounding moves picks out of proportion: in int8 it
-/// flipped a quarter of the picks that `--int8` flips on the fixtures (441 of 480 agreeing
-/// with f32 with the head in int8, 453 with it in f32; 472 and 476 with split activations).
+/// Two layers against the encoder's 28, but right before the softmaxes, so their rounding
+/// moves picks out of proportion: in int8 the head flipped a quarter of the picks that
+/// `--int8` flips on the fixtures (441 of 480 agreeing with f32 with the head in int8, 453
+/// with it in f32; 472 and 476 with split activations). Its f32 GEMMs cost an `--int8`
+/// forward ~9 % at 207 tokens and ~3 % at ten rows of 550 (`results/CPU.md`).
 fn head_linear(
     store: &mut TensorStore,
     prefix: &str,
@@ -87,6 +88,7 @@ struct HostHeadLayer<'a> {
     kv_proj: &'a HostLinear,
     out_proj: &'a HostLinear,
     linear1: &'a HostLinear,
+    linear2: &'a HostLinear,
     layer: &'a HeadLayer,
 }
 
@@ -254,8 +256,8 @@ impl DecisionHead {
         x.take_axis(select, 0)
     }
 
-    /// Every layer's linear layers on the host, or `None` if one of `in_proj`, `out_proj`
-    /// and `linear1` is not a host layer (`linear2` may be either).
+    /// Every layer's linear layers on the host, or `None` if one is not a host layer (all
+    /// are f32 host layers where the host has an f32 kernel, even under `--int8`).
     fn host_layers(&self) -> Option<Vec<HostHeadLayer<'_>>> {
         self.layers
             .iter()
@@ -265,6 +267,7 @@ impl DecisionHead {
                     kv_proj: layer.kv_proj.host()?,
                     out_proj: layer.out_proj.host()?,
                     linear1: layer.linear1.host()?,
+                    linear2: layer.linear2.host()?,
                     layer,
                 })
             })
@@ -280,9 +283,8 @@ impl DecisionHead {
     /// [`DecisionHead::forward`] on the host ([`DecisionHead::runs_on_host`]), from its
     /// input in `buffers.residual` (`[T, d]`, f32), which it overwrites; `select` holds the
     /// packed positions. The residual stream stays in the host's buffers from layer to
-    /// layer, the f32 host GEMMs add into it as they store (int8 layers add from
-    /// `buffers.to_add`; a `linear2` that is not a host layer runs through MLX, its input
-    /// and output as arrays), and the output, `[S, d]` f32, becomes an MLX array. Every
+    /// layer, the f32 host GEMMs add into it as they store, and the output, `[S, d]` f32,
+    /// becomes an MLX array. Every
     /// step is per row or per token, as in [`DecisionHead::forward`], so rows and blocks of
     /// rows give the same values. An error unless [`DecisionHead::runs_on_host`].
     pub fn forward_on_host(
@@ -346,7 +348,7 @@ impl DecisionHead {
                     let att = host_attention::cross_attention(q, &q_spans, keys, &group.spans, d);
                     host.out_proj.forward_add(&att, &mut x_sel[x0..], to_add);
                 }
-                self.feed_forward_on_host(host, &mut x_sel, normed, wide, to_add)?;
+                self.feed_forward_on_host(host, &mut x_sel, normed, wide, to_add);
                 return Ok(Array::from_slice(&x_sel, &[select.len() as i32, d as i32]));
             }
             // A few whole rows at a time: keys and values are twice the layer's width.
@@ -357,7 +359,7 @@ impl DecisionHead {
                 let att = host_attention::cross_attention(q, &group.spans, keys, &group.spans, d);
                 host.out_proj.forward_add(&att, &mut residual[rows], to_add);
             }
-            self.feed_forward_on_host(host, residual, normed, wide, to_add)?;
+            self.feed_forward_on_host(host, residual, normed, wide, to_add);
         }
         let mut out = Vec::with_capacity(select.len() * d);
         for &p in select {
@@ -375,7 +377,7 @@ impl DecisionHead {
         normed: &mut Vec<f32>,
         wide: &mut Vec<f32>,
         to_add: &mut Vec<f32>,
-    ) -> Result<(), Exception> {
+    ) {
         let d = self.hidden;
         host.layer.host_norms.1.forward_into(x, normed);
         for (x, m) in x
@@ -383,26 +385,10 @@ impl DecisionHead {
             .zip(normed.chunks(FEED_FORWARD_ROWS * d))
         {
             let len = host.linear1.forward_host(m, wide).len();
-            let width = host.linear1.out_features();
             let h = &mut wide[..len];
             relu_in_place(h);
-            match host.layer.linear2.host() {
-                Some(linear2) => linear2.forward_add(h, x, to_add),
-                None => {
-                    let rows = (h.len() / width.max(1)) as i32;
-                    let y = host
-                        .layer
-                        .linear2
-                        .forward(&Array::from_slice(h, &[rows, width as i32]))?
-                        .as_dtype(mlx_rs::Dtype::Float32)?;
-                    let y = y
-                        .try_as_slice::<f32>()
-                        .map_err(|e| Exception::custom(format!("reading linear2's output: {e}")))?;
-                    add_assign(x, y);
-                }
-            }
+            host.linear2.forward_add(h, x, to_add);
         }
-        Ok(())
     }
 
     /// A layer at every position: `a` is `norm1(x)`, rows `spans`.

@@ -129,9 +129,9 @@ fn the_result_is_within_the_rounding_bound() {
 /// The fixtures' random weights make many near ties (a tenth of the answers have their two
 /// best probabilities within 0.01 of each other), and int8 moves probabilities by up to a few
 /// hundredths, so some picks flip. The bounds are what was measured (README), with a little
-/// room: one plane 453 of 480 picks (94.4 %), every flip within a margin of 0.057, the
-/// largest probability difference 0.068; split 476 of 480 (99.2 %), within 0.0034 and
-/// 0.012. (With the decision head in int8 too: 441 and 472. Before that, 440 and 471
+/// room: one plane 453 of 480 picks (94.4 %), every flip within a margin of 0.0563, the
+/// largest probability difference 0.0674; split 476 of 480 (99.2 %), within 0.0034 and
+/// 0.0114. (With the decision head in int8 too: 441 and 472. Before that, 440 and 471
 /// before the encoder's norms moved to the host, 444 and 472 before the head's did, each
 /// move shifting both sides in the last bits.)
 #[test]
