@@ -381,9 +381,10 @@ impl Encoder {
                     &Array::from_slice(residual, &shape),
                 )?;
             }
-            // In blocks of rows: `Wi`'s output is 2.5 times the layer's width, and whole it
-            // is 115 MB at 5,500 tokens. Every host GEMM row is computed on its own, so the
-            // blocks give the same bits (an `mlp.Wo` through MLX's GEMM, the same values).
+            // In blocks of rows: `Wi`'s output (where GeGLU is not in its stores) is 2.5
+            // times the layer's width, and whole it is 115 MB at 5,500 tokens. Every host
+            // GEMM row is computed on its own, so the blocks give the same bits (an `mlp.Wo`
+            // through MLX's GEMM, the same values).
             mlp_norm.forward_into(residual, normed);
             for (x, m) in residual
                 .chunks_mut(FEED_FORWARD_ROWS * d)

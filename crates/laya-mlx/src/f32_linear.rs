@@ -250,7 +250,7 @@ impl F32Linear {
         assert_eq!(
             y.len(),
             rows * store.width(self.out),
-            "output is not [rows, out]"
+            "output is not [rows, out] ([rows, out / 2] for GeGLU)"
         );
         if rows == 0 || self.out == 0 {
             return;
@@ -295,9 +295,11 @@ impl F32Linear {
             };
             let xs = packed.chunk(c);
             // SAFETY: `xs` holds the item's rows packed for `mr`, and `y` holds
-            // `[rows, out]` (checked above) and outlives the threads; the kernel is
+            // `[rows, width]` (checked above) and outlives the threads; the kernel is
             // available (checked above); each item is taken by one thread, which writes
-            // only that item's rows and channels.
+            // only that item's rows and channels. For GeGLU the kernel's tile is two blocks
+            // (`fuses_geglu`), so `wide` is even, every item starts at an even block, and a
+            // paired layer's blocks are an even number: the items hold whole pairs.
             unsafe { self.run(xs, tile, out.ptr(), kernel, store) }
         };
         crate::parallel::broadcast(threads, work);
@@ -728,7 +730,8 @@ mod x86 {
     /// AVX2 with FMA: 6 rows × 16 channels a tile (12 sums in two 256-bit halves a block).
     ///
     /// # Safety
-    /// As [`avx512`], for AVX2 and FMA and 6-row tiles.
+    /// As [`avx512`] with [`Store::Set`] or, with `ADD`, [`Store::Add`], for AVX2 and FMA
+    /// and 6-row tiles.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn avx2<const ADD: bool>(
         lin: &F32Linear,
@@ -823,16 +826,26 @@ mod tests {
 
     /// Paired halves change nothing a plain call returns, on any kernel, and the fused
     /// GeGLU gives the bits of `host::geglu` on the plain output: row counts around the
-    /// 12-row tile, several 2 MB chunks of rows, ragged `k`, a bias, and halves of one to
-    /// several blocks (and one that cannot pair, which stays as it is).
+    /// 12-row tile, several 2 MB chunks of rows, ragged `k`, a bias, halves of one to 256
+    /// blocks (enough that work items take several pairs, as `Wi`'s 164 do), and one that
+    /// cannot pair, which stays as it is.
     #[test]
     fn paired_halves_and_the_fused_geglu_give_the_two_steps_bits() {
         let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
+        if !kernels.iter().any(|&k| {
+            F32Linear::new(&[0.0; 32], 32, 1, None)
+                .pair_halves()
+                .fuses_geglu(k)
+        }) {
+            println!("no two-block kernel on this CPU: the fused GeGLU is not checked");
+        }
         for (i, &(rows, inter, k)) in [
             (1, 16, 4),
             (13, 48, 64),
             (207, 64, 131),
             (1100, 32, 1024),
+            (30, 2624, 16),
+            (3, 4096, 4),
             (5, 40, 8),
         ]
         .iter()

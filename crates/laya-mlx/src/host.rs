@@ -188,8 +188,8 @@ pub(crate) struct Buffers {
     /// A linear layer's output on its way into the residual stream, where the layer cannot
     /// add as it stores (int8).
     pub to_add: Vec<f32>,
-    /// The feed-forward's first linear layer's output: the encoder's `Wi`, the head's
-    /// `linear1` (ReLU in place).
+    /// The feed-forward's first linear layer's output: the encoder's `Wi` where GeGLU is
+    /// not in its GEMM's stores (int8, or no AVX-512), the head's `linear1` (ReLU in place).
     pub wide: Vec<f32>,
     /// The encoder's GeGLU output.
     pub geglu: Vec<f32>,

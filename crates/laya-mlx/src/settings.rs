@@ -98,8 +98,8 @@ pub struct EngineSettings {
     /// activations (per row) on the host, with this kernel and activation split
     /// ([`crate::int8::Int8::detect`] picks the CPU's best kernel). The feed-forward output
     /// projection `mlp.Wo` stays f32: its inputs carry the activation outliers that per-row
-    /// int8 rounds worst. So does the decision head, ~1 % of the time, whose int8 flipped a
-    /// quarter of the picks that `--int8` flips on the fixtures. CPU and f32 only.
+    /// int8 rounds worst. So does the decision head, whose int8 flipped a quarter of the
+    /// picks that `--int8` flips on the fixtures (for 3-9 % of the time). CPU and f32 only.
     pub int8: Option<crate::int8::Int8>,
     /// The f32 linear layers of the encoder and the decision head on the host, on weights
     /// packed at load ([`crate::f32_linear`]), instead of MLX's GEMM (OpenBLAS on Linux).
