@@ -32,15 +32,7 @@ fn main() {
         let x: Vec<f32> = (0..rows * k).map(|_| next()).collect();
         let layer = F32Linear::new(&w, out, k, None);
         let mut y = vec![0f32; rows * out];
-        layer.forward_into(&x, kernel, &mut y);
-        let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            let t = Instant::now();
-            layer.forward_into(&x, kernel, &mut y);
-            times.push(t.elapsed().as_secs_f64());
-        }
-        times.sort_by(f64::total_cmp);
-        let med = times[reps / 2];
+        let med = median_seconds(reps, || layer.forward_into(&x, kernel, &mut y));
         let flop = 2.0 * (rows * out * k) as f64;
         total.0 += flop;
         total.1 += med;
@@ -59,18 +51,22 @@ fn main() {
     let layer = F32Linear::new(&w, out, k, None).pair_halves();
     if layer.fuses_geglu(kernel) {
         let mut y = vec![0f32; rows * out / 2];
-        layer.forward_geglu_into(&x, kernel, &mut y);
-        let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            let t = Instant::now();
-            layer.forward_geglu_into(&x, kernel, &mut y);
-            times.push(t.elapsed().as_secs_f64());
-        }
-        times.sort_by(f64::total_cmp);
-        println!(
-            "Wi+GeGLU {rows}x{k}->{}: {:.3} ms",
-            out / 2,
-            times[reps / 2] * 1e3
-        );
+        let med = median_seconds(reps, || layer.forward_geglu_into(&x, kernel, &mut y));
+        println!("Wi+GeGLU {rows}x{k}->{}: {:.3} ms", out / 2, med * 1e3);
     }
+}
+
+/// The median of `reps` timed calls of `run`, after one untimed call (the first faults the
+/// output's pages in and fills the caches).
+fn median_seconds(reps: usize, mut run: impl FnMut()) -> f64 {
+    run();
+    let mut times: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            run();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }
