@@ -284,9 +284,9 @@ impl DecisionHead {
     /// input in `buffers.residual` (`[T, d]`, f32), which it overwrites; `select` holds the
     /// packed positions. The residual stream stays in the host's buffers from layer to
     /// layer, the f32 host GEMMs add into it as they store, and the output, `[S, d]` f32,
-    /// becomes an MLX array. Every
-    /// step is per row or per token, as in [`DecisionHead::forward`], so rows and blocks of
-    /// rows give the same values. An error unless [`DecisionHead::runs_on_host`].
+    /// becomes an MLX array. Every step is per row or per token, as in
+    /// [`DecisionHead::forward`], so rows and blocks of rows give the same values. An error
+    /// unless [`DecisionHead::runs_on_host`].
     pub fn forward_on_host(
         &self,
         buffers: &mut Buffers,
