@@ -35,7 +35,7 @@
 #               through `parity`
 #   steps       `cuda-profile`'s GPU time of every step (STEP_SHAPES) for this tree and, when
 #               carried, the baseline's; then Nsight Compute's counters for the attention
-#               kernels of one 10x600 pass (NCU_KERNELS launches)
+#               kernels of one 10x600 pass (NCU_KERNELS launches; NCU=0: not)
 #   router      GPU memory with three `large` resident, the latency of a reload after eviction
 #   upstream    upstream laya 0.4.15 in-process: cpu-f32 answers (the parity reference),
 #               cuda-stock, then cuda-compile within what is left of CALL_LIMIT
@@ -351,7 +351,7 @@ for line in open(sys.argv[1]):
     print(d["shape"], "run ms %.3f" % d["run_ms_median"], "gpu us", d["gpu_pass_us"], att)
 EOF
   done
-  if command -v ncu >/dev/null; then
+  if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
     # The first 10x600 pass runs kernel by kernel: its attention launches are the ones read.
     ITERS=1 timeout -k 5 240 ncu --clock-control none -k regex:attention_mma -c "$NCU_KERNELS" \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \

@@ -1,5 +1,6 @@
 // The fused kernels of the laya-cuda forward pass (model.md §3), compiled by NVRTC when the
-// engine starts (compile.rs). The GEMMs are cuBLASLt's; everything between them is here.
+// engine starts (compile.rs). The GEMMs are cuBLASLt's, but for short passes' (gemm_own);
+// everything between them is here.
 //
 // Half values travel as raw 16-bit patterns and are converted with PTX `cvt`, so the source
 // needs no CUDA header and compiles with any NVRTC. Row layout everywhere: tokens of all rows
@@ -859,6 +860,151 @@ extern "C" __global__ void act_out(const float* __restrict__ hid, const int* __r
     for (int j = lane; j < hidden; j += 32) s += hid[(size_t)r * hidden + j] * w2[a * hidden + j];
     s = warp_sum(s);
     if (lane == 0) act[r * n_act + a] = s + b2[a];
+}
+
+// ---------------------------------------------------------------------------------------
+// Linear layers of short passes: y[m, n] (op)= x[m, :] · w[n, :]ᵀ, f16 in, f32 accumulators.
+// cuBLASLt's kernels suit hundreds of rows and more: on the rows of one short request they
+// occupy a few dozen of the multiprocessors and wait on memory. Here a block owns 64 rows and
+// BN outputs, four warps of 32 × BN/2, with the k tiles streamed through four stages of
+// asynchronous copies. Each output is one accumulator over k in ascending steps of 16 (one
+// m16n8k16 product a step), the order cuBLASLt's split-free kernels keep: gemm.rs uses this
+// kernel for a layer only where it was seen to give that layer's cuBLASLt bits, so that a
+// row's answer does not depend on the size of the pass it is in. Needs k % 32 == 0 and
+// n % BN == 0; rows past m are read as zeros and not written.
+#define GO_BM 64
+#define GO_BK 32
+#define GO_ST 4
+#define GO_SROW 40  // 80-byte rows: the eight rows of an ldmatrix fall in distinct banks
+
+// What the epilogue does (gemm.rs `Kind`, in its order): f16 out, + f16 bias, ReLU(+ f16
+// bias); y += on an f32 stream, y += · + f32 bias (cuBLASLt's order: the sum with y first).
+#define GO_HALF 0
+#define GO_HALF_BIAS 1
+#define GO_HALF_RELU_BIAS 2
+#define GO_RESIDUAL 3
+#define GO_RESIDUAL_BIAS 4
+
+template <int BN>
+__device__ __forceinline__ void gemm_own(const f16* __restrict__ x, const f16* __restrict__ w,
+                                         const void* __restrict__ bias, void* __restrict__ y, int m, int n,
+                                         int k, int kind) {
+    __shared__ __align__(16) f16 xs[GO_ST][GO_BM * GO_SROW];
+    __shared__ __align__(16) f16 ws[GO_ST][BN * GO_SROW];
+    constexpr int NT = BN / 16;  // n8 tiles a warp
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = (warp >> 1) * 32, wn = (warp & 1) * (BN / 2);
+    const int m0 = blockIdx.y * GO_BM, n0 = blockIdx.x * BN;
+    const int tiles = k / GO_BK;
+
+    auto load = [&](int stage, int kt) {
+        const int kk = kt * GO_BK;
+#pragma unroll
+        for (int c = tid; c < GO_BM * 4; c += 128) {
+            const int r = c >> 2, col = (c & 3) * 8, row = m0 + r;
+            cp_async16(&xs[stage][r * GO_SROW + col], x + (size_t)min(row, m - 1) * k + kk + col,
+                       row < m ? 16 : 0);
+        }
+#pragma unroll
+        for (int c = tid; c < BN * 4; c += 128) {
+            const int r = c >> 2, col = (c & 3) * 8;
+            cp_async16(&ws[stage][r * GO_SROW + col], w + (size_t)(n0 + r) * k + kk + col, 16);
+        }
+    };
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < GO_ST - 1; ++s) {
+        if (s < tiles) load(s, s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < tiles; ++kt) {
+        cp_async_wait<GO_ST - 2>();
+        // Tile kt has landed for every thread, and every warp is done with the stage the
+        // next copy overwrites (read in the previous iteration).
+        __syncthreads();
+        const int next = kt + GO_ST - 1;
+        if (next < tiles) load(next % GO_ST, next);
+        cp_async_commit();
+        const f16* xb = xs[kt % GO_ST];
+        const f16* wb = ws[kt % GO_ST];
+#pragma unroll
+        for (int kk = 0; kk < GO_BK; kk += 16) {
+            u32 a[2][4], b[NT][2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                ldsm_x4(a[i], xb + (wm + i * 16 + (lane & 15)) * GO_SROW + kk + (lane >> 4) * 8);
+#pragma unroll
+            for (int j = 0; j < NT / 2; ++j) {
+                u32 r[4];
+                ldsm_x4(r, wb + (wn + j * 16 + (lane & 7) + ((lane >> 4) << 3)) * GO_SROW + kk +
+                               ((lane >> 3) & 1) * 8);
+                b[2 * j][0] = r[0];
+                b[2 * j][1] = r[1];
+                b[2 * j + 1][0] = r[2];
+                b[2 * j + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < NT; ++j) mma16816(acc[i][j], a[i], b[j][0], b[j][1]);
+        }
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = m0 + wm + i * 16 + (lane >> 2) + h * 8;
+                if (row >= m) continue;
+                const int col = n0 + wn + j * 8 + (lane & 3) * 2;
+                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                const size_t at = (size_t)row * n + col;
+                if (kind <= GO_HALF_RELU_BIAS) {
+                    if (kind != GO_HALF) {
+                        const u32 bb = *reinterpret_cast<const u32*>(static_cast<const f16*>(bias) + col);
+                        v0 += lo_f(bb);
+                        v1 += hi_f(bb);
+                        if (kind == GO_HALF_RELU_BIAS) {
+                            v0 = fmaxf(v0, 0.f);
+                            v1 = fmaxf(v1, 0.f);
+                        }
+                    }
+                    *reinterpret_cast<u32*>(static_cast<f16*>(y) + at) = pack2(v0, v1);
+                } else {
+                    float2* p = reinterpret_cast<float2*>(static_cast<float*>(y) + at);
+                    float2 o = *p;
+                    o.x = v0 + o.x;
+                    o.y = v1 + o.y;
+                    if (kind == GO_RESIDUAL_BIAS) {
+                        const float2 bb = *reinterpret_cast<const float2*>(static_cast<const float*>(bias) + col);
+                        o.x += bb.x;
+                        o.y += bb.y;
+                    }
+                    *p = o;
+                }
+            }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+gemm_own_n32(const f16* __restrict__ x, const f16* __restrict__ w, const void* __restrict__ bias,
+             void* __restrict__ y, int m, int n, int k, int kind) {
+    gemm_own<32>(x, w, bias, y, m, n, k, kind);
+}
+extern "C" __global__ void __launch_bounds__(128)
+gemm_own_n64(const f16* __restrict__ x, const f16* __restrict__ w, const void* __restrict__ bias,
+             void* __restrict__ y, int m, int n, int k, int kind) {
+    gemm_own<64>(x, w, bias, y, m, n, k, kind);
 }
 
 // Holds the stream for `ns` nanoseconds, so that work queued behind it starts back to back
