@@ -6,9 +6,7 @@
 //! cuda-profile <checkpoint dir> [ROWSxTOKENS ...]     (default 1x80 1x150 1x600 4x600 10x600)
 //! ```
 //! Rows are synthetic: token ids 1000 + i, four option markers at positions 1-4. `ITERS`
-//! (default 50) sets the repetitions, `TUNE=1` times cuBLASLt's candidates for every GEMM shape,
-//! `SYS1_CUDA_GEMM_OWN_TOKENS` sets the passes that run the engine's own GEMM kernel (0: none),
-//! `SYS1_CUDA_GEMM_OWN_REFERENCE=1` lets it pick the cuBLASLt kernels it matches.
+//! (default 50) sets the repetitions, `TUNE=1` times cuBLASLt's candidates for every GEMM shape.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -35,11 +33,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(50);
     let settings = CudaSettings {
         tune_gemms: std::env::var("TUNE").is_ok_and(|v| v == "1"),
-        gemm_own_tokens: std::env::var("SYS1_CUDA_GEMM_OWN_TOKENS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(CudaSettings::default().gemm_own_tokens),
-        gemm_own_reference: std::env::var("SYS1_CUDA_GEMM_OWN_REFERENCE").is_ok_and(|v| v == "1"),
         ..CudaSettings::default()
     };
     let mut engine = CudaEngine::load(&dir, &settings)?;
@@ -63,7 +56,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         wall.sort_by(f64::total_cmp);
         let (steps, gpu_us) = engine.profile(&rows, iters)?;
-        let families = engine.gemm_families();
         let steps: serde_json::Map<String, serde_json::Value> = steps
             .into_iter()
             .map(|(l, us)| (l, serde_json::json!((us * 10.0).round() / 10.0)))
@@ -76,12 +68,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "run_ms_median": wall[wall.len() / 2],
                 "gpu_pass_us": (gpu_us * 10.0).round() / 10.0,
                 "steps_us": steps,
-                "gemm_families": {
-                    "planned": families.planned,
-                    "long_pass": families.long_pass,
-                    "own": families.own,
-                    "own_tokens": settings.gemm_own_tokens,
-                },
             })
         );
     }

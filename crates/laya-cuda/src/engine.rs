@@ -18,7 +18,7 @@ use laya_core::engine::{EngineError, EngineInfo, Forward, Row, RowLogits};
 use crate::batch::{self, Bucket};
 use crate::compile;
 use crate::error::{CudaError, ForwardError, LoadError};
-use crate::gemm::{Blas, Gemm, Kind, OwnKernels};
+use crate::gemm::{Blas, Gemm, Kind};
 use crate::gpu::{copy_in, copy_out, Args, DeviceBuf, Event, Gpu, Graph, Module, PinnedBuf};
 use crate::weights::Weights;
 
@@ -56,12 +56,6 @@ pub struct CudaSettings {
     /// tokens use, for each layer where they were seen to give the bits of the `gemm_tokens`
     /// kernels (`gemm.rs`); empty: the `gemm_tokens` kernels for every pass.
     pub gemm_long_tokens: Vec<usize>,
-    /// Passes of at most this many tokens run our own GEMM kernel (`gemm_own`) in each layer
-    /// where it was seen to give the bits of the layer's cuBLASLt kernel (`gemm.rs`); 0: never.
-    pub gemm_own_tokens: usize,
-    /// Where `gemm_own` does not give a layer's first verified cuBLASLt kernel's bits, take a
-    /// later verified one whose bits it gives, if any, as the layer's kernel.
-    pub gemm_own_reference: bool,
 }
 
 impl Default for CudaSettings {
@@ -75,8 +69,6 @@ impl Default for CudaSettings {
             tune_gemms: false,
             gemm_tokens: 512,
             gemm_long_tokens: vec![2048],
-            gemm_own_tokens: 0,
-            gemm_own_reference: false,
         }
     }
 }
@@ -105,7 +97,6 @@ struct Kernels {
     act_hidden: cudarc::driver::sys::CUfunction,
     act_out: cudarc::driver::sys::CUfunction,
     spin: cudarc::driver::sys::CUfunction,
-    gemm_own: OwnKernels,
     _module: Module,
 }
 
@@ -127,10 +118,6 @@ impl Kernels {
             act_hidden: module.function("act_hidden")?,
             act_out: module.function("act_out")?,
             spin: module.function("spin")?,
-            gemm_own: OwnKernels {
-                n32: module.function("gemm_own_n32")?,
-                n64: module.function("gemm_own_n64")?,
-            },
             _module: module,
         })
     }
@@ -204,16 +191,6 @@ pub struct Stats {
     pub eager: u64,
     /// Graphs captured.
     pub captures: u64,
-}
-
-/// How the linear layers planned so far run (`gemm.rs`): layer shapes (families), the
-/// second algorithms they took for long passes, and the families whose short passes run our
-/// own kernel.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GemmFamilies {
-    pub planned: usize,
-    pub long_pass: usize,
-    pub own: usize,
 }
 
 /// A Laya checkpoint loaded on one NVIDIA GPU.
@@ -293,9 +270,6 @@ impl CudaEngine {
         blas.tune = settings.tune_gemms;
         blas.reference_tokens = settings.gemm_tokens.max(1);
         blas.long_tokens = settings.gemm_long_tokens.clone();
-        blas.own = Some(kernels.gemm_own);
-        blas.own_tokens = settings.gemm_own_tokens;
-        blas.own_reference = settings.gemm_own_reference;
         tracing::info!(
             dir = %dir.display(),
             gpu = %gpu.name,
@@ -327,16 +301,6 @@ impl CudaEngine {
     /// Counters since load.
     pub fn stats(&self) -> Stats {
         self.stats
-    }
-
-    /// How the linear layers planned so far run.
-    pub fn gemm_families(&self) -> GemmFamilies {
-        let (planned, long_pass, own) = self.blas.families();
-        GemmFamilies {
-            planned,
-            long_pass,
-            own,
-        }
     }
 
     fn check_rows(&self, rows: &[Row]) -> Result<(), ForwardError> {
@@ -1138,18 +1102,12 @@ impl Forward for CudaEngine {
             self.prepare(bucket)
                 .map_err(|e| EngineError::backend("cuda", e))?;
         }
-        let GemmFamilies {
-            planned: families,
-            long_pass,
-            own,
-        } = self.gemm_families();
+        let (families, long_pass) = self.blas.families();
         tracing::info!(
             families,
             long_pass,
-            own,
-            own_tokens = self.settings.gemm_own_tokens,
             batch_invariant = self.blas.batch_invariant(),
-            "GEMM algorithms chosen (long_pass: algorithms for long passes that give the short passes' bits; own: layers whose passes of at most own_tokens run our kernel, seen to give the same bits)"
+            "GEMM algorithms chosen (long_pass: algorithms for long passes that give the short passes' bits)"
         );
         Ok(())
     }

@@ -22,14 +22,6 @@
 //! Kernels without split-K that use the same tensor-core instruction add up each output over
 //! `k` in the same order whatever their tile sizes, so they can agree bit for bit; the check
 //! decides.
-//!
-//! Short passes run few rows through every layer, and cuBLASLt's kernels, built for many,
-//! then leave most of the GPU idle. So a family may also take `gemm_own` (`kernels.cu`): one
-//! accumulator an output over `k` in steps of 16, like cuBLASLt's split-free kernels, in
-//! blocks small enough to spread a short pass over every multiprocessor. It is used for
-//! passes of at most [`Blas::own_tokens`] tokens where it was seen to give, for the probe's
-//! rows alone, the very bits of the family's first algorithm (and for other rows, by its
-//! construction, the same as alone).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -38,7 +30,7 @@ use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 
 use crate::error::CudaError;
-use crate::gpu::{Args, DeviceBuf, Event};
+use crate::gpu::{DeviceBuf, Event};
 
 /// The workspace cuBLASLt may use; allocated once, so the GEMMs can be captured in graphs.
 const WORKSPACE_BYTES: usize = 32 << 20;
@@ -85,58 +77,6 @@ impl Kind {
             _ => 0.0,
         }
     }
-    /// `gemm_own`'s `kind` argument (its `GO_*` constants).
-    fn code(self) -> i32 {
-        match self {
-            Kind::Half => 0,
-            Kind::HalfBias => 1,
-            Kind::HalfReluBias => 2,
-            Kind::Residual => 3,
-            Kind::ResidualBias => 4,
-        }
-    }
-}
-
-/// `gemm_own`'s two forms, by the outputs a block computes (the rows a block computes are
-/// always 64). Both add up each output in the same order, so they give the same bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Tile {
-    N32,
-    N64,
-}
-
-impl Tile {
-    const ROWS: usize = 64;
-    fn outputs(self) -> usize {
-        match self {
-            Tile::N32 => 32,
-            Tile::N64 => 64,
-        }
-    }
-    /// The form for a pass: the wider blocks when the narrow ones would be more than two
-    /// for each of the H200's 132 multiprocessors, since each block reads all its rows'
-    /// activations once.
-    fn for_pass(tokens: usize, out: usize) -> Tile {
-        if tokens.div_ceil(Tile::ROWS) * out.div_ceil(32) > 264 {
-            Tile::N64
-        } else {
-            Tile::N32
-        }
-    }
-}
-
-/// The loaded `gemm_own` kernels.
-#[derive(Debug, Clone, Copy)]
-pub struct OwnKernels {
-    pub n32: cudarc::driver::sys::CUfunction,
-    pub n64: cudarc::driver::sys::CUfunction,
-}
-
-/// What runs one GEMM: a cuBLASLt algorithm, or `gemm_own` in one of its forms.
-#[derive(Clone, Copy)]
-enum Algo {
-    Lt(sys::cublasLtMatmulAlgo_t),
-    Own(Tile),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -172,9 +112,6 @@ struct Choice {
     /// `(from, algorithm)`, `from` ascending: for passes of at least `from` tokens, an
     /// algorithm seen to give `algo`'s bits there ([`Blas::long_tokens`]).
     long: [Option<(usize, sys::cublasLtMatmulAlgo_t)>; LONG_TIERS],
-    /// Whether `gemm_own` was seen to give `algo`'s bits: then it runs passes of at most
-    /// [`Blas::own_tokens`] tokens.
-    own: bool,
     invariant: bool,
 }
 
@@ -191,8 +128,6 @@ struct Plan {
     b: sys::cublasLtMatrixLayout_t,
     d: sys::cublasLtMatrixLayout_t,
     algo: sys::cublasLtMatmulAlgo_t,
-    /// `gemm_own`'s form for this shape, when it runs it (see [`Blas::run`]).
-    own: Option<Tile>,
 }
 
 impl Drop for Plan {
@@ -232,14 +167,6 @@ pub struct Blas {
     /// Set while a CUDA graph is being captured: nothing may run or synchronise then, so a
     /// family first planned during capture takes the heuristic's pick unverified.
     pub capturing: bool,
-    /// `gemm_own`, when the engine loaded it.
-    pub own: Option<OwnKernels>,
-    /// Passes of at most this many tokens run `gemm_own` in the families where it gives the
-    /// first algorithm's bits (0: never).
-    pub own_tokens: usize,
-    /// When `gemm_own` does not give the first verified algorithm's bits, look for a later
-    /// batch-invariant candidate whose bits it gives, and make that the family's algorithm.
-    pub own_reference: bool,
 }
 
 impl std::fmt::Debug for Blas {
@@ -279,9 +206,6 @@ impl Blas {
             reference_tokens: 512,
             long_tokens: vec![2048],
             capturing: false,
-            own: None,
-            own_tokens: 0,
-            own_reference: false,
         })
     }
 
@@ -303,24 +227,14 @@ impl Blas {
         tiers
     }
 
-    /// Families planned so far, the algorithms for long passes they took, all told, and the
-    /// families that run `gemm_own` for short passes.
-    pub fn families(&self) -> (usize, usize, usize) {
+    /// Families planned so far, and the algorithms for long passes they took, all told.
+    pub fn families(&self) -> (usize, usize) {
         let long = self
             .families
             .values()
             .map(|c| c.long.iter().flatten().count())
             .sum();
-        let own = self.families.values().filter(|c| c.own).count();
-        (self.families.len(), long, own)
-    }
-
-    /// Whether `gemm_own` can compute `family` at all.
-    fn own_fits(&self, family: Family) -> bool {
-        self.own.is_some()
-            && self.own_tokens > 0
-            && family.inp.is_multiple_of(32)
-            && family.out.is_multiple_of(64)
+        (self.families.len(), long)
     }
 
     /// Whether every GEMM planned so far computes each row independently of its batch mates
@@ -354,9 +268,6 @@ impl Blas {
                 .rev()
                 .find(|(from, a)| s.tokens >= *from && self.check(&plan, a))
                 .map(|&(_, a)| a);
-            if choice.own && s.tokens <= self.own_tokens {
-                plan.own = Some(Tile::for_pass(s.tokens, s.out));
-            }
             if let Some(algo) = long {
                 plan.algo = algo;
             } else if self.check(&plan, &choice.algo) {
@@ -367,7 +278,6 @@ impl Blas {
                 if let Some(c) = self.families.get_mut(&family) {
                     c.invariant = false;
                 }
-                plan.own = None;
                 plan.algo = *self
                     .heuristic(&plan, false)?
                     .first()
@@ -399,7 +309,6 @@ impl Blas {
             d: std::ptr::null_mut(),
             // SAFETY: plain data, overwritten before any use.
             algo: unsafe { std::mem::zeroed() },
-            own: None,
         };
         let set = |attr: sys::cublasLtMatmulDescAttributes_t, v: *const c_void, n: usize| {
             // SAFETY: `v` points at a value of the attribute's type, `n` bytes.
@@ -565,7 +474,6 @@ impl Blas {
             return Ok(Choice {
                 algo: first,
                 long: [None; LONG_TIERS],
-                own: false,
                 invariant: false,
             });
         }
@@ -575,18 +483,15 @@ impl Blas {
             .map(|&n| Ok((n, self.layouts(shape(n))?)))
             .collect::<Result<Vec<(usize, Plan)>, CudaError>>()?;
         let probe = Probe::new(family, g)?;
-        let runs = |algo: &sys::cublasLtMatmulAlgo_t| {
-            self.check(&small, algo)
-                && self.check(&reference, algo)
-                && counts.iter().all(|(_, p)| self.check(p, algo))
-        };
         let mut invariant = Vec::new();
         for algo in &candidates {
-            if !runs(algo) {
+            let runs = self.check(&small, algo)
+                && self.check(&reference, algo)
+                && counts.iter().all(|(_, p)| self.check(p, algo));
+            if !runs {
                 continue;
             }
-            let lt = Algo::Lt(*algo);
-            if probe.same_bits(self, &lt, &lt, &small, &counts, stream)? {
+            if probe.same_bits(self, algo, algo, &small, &counts, stream)? {
                 invariant.push(*algo);
                 if !self.tune {
                     break;
@@ -602,7 +507,6 @@ impl Blas {
             return Ok(Choice {
                 algo: first,
                 long: [None; LONG_TIERS],
-                own: false,
                 invariant: false,
             });
         };
@@ -617,46 +521,6 @@ impl Blas {
         } else {
             best
         };
-        // Both forms of `gemm_own`, in passes of every probe size, against the algorithm's
-        // bits for the probe's rows alone.
-        let own_fits = self.own_fits(family) && g.w.is_multiple_of(16) && g.bias.is_multiple_of(8);
-        let owns = |algo: &sys::cublasLtMatmulAlgo_t| -> Result<bool, CudaError> {
-            for tile in [Tile::N32, Tile::N64] {
-                if !probe.same_bits(
-                    self,
-                    &Algo::Lt(*algo),
-                    &Algo::Own(tile),
-                    &small,
-                    &counts,
-                    stream,
-                )? {
-                    return Ok(false);
-                }
-            }
-            Ok(true)
-        };
-        let mut own = own_fits && owns(&algo)?;
-        let mut algo = algo;
-        if own_fits && !own && self.own_reference {
-            // A later batch-invariant candidate whose bits `gemm_own` gives becomes the
-            // reference instead, if there is one.
-            for (rank, candidate) in candidates.iter().enumerate() {
-                if candidate.data == algo.data || !runs(candidate) {
-                    continue;
-                }
-                let lt = Algo::Lt(*candidate);
-                if probe.same_bits(self, &lt, &lt, &small, &counts, stream)? && owns(candidate)? {
-                    tracing::info!(
-                        ?family,
-                        rank,
-                        "GEMM reference moved to a candidate gemm_own matches"
-                    );
-                    algo = *candidate;
-                    own = true;
-                    break;
-                }
-            }
-        }
         let mut long = [None; LONG_TIERS];
         let mut used = vec![algo];
         for (slot, (from, tokens)) in long.iter_mut().zip(self.long_tiers()) {
@@ -668,11 +532,10 @@ impl Blas {
                 used.push(*a);
             }
         }
-        tracing::debug!(?family, long = ?long.map(|t| t.map(|(from, _)| from)), own, "GEMM family planned");
+        tracing::debug!(?family, long = ?long.map(|t| t.map(|(from, _)| from)), "GEMM family planned");
         Ok(Choice {
             algo,
             long,
-            own,
             invariant: true,
         })
     }
@@ -719,8 +582,7 @@ impl Blas {
                 continue;
             }
             let long: Vec<(usize, &Plan)> = long.iter().map(|(n, p)| (*n, p)).collect();
-            let (algo, lt) = (Algo::Lt(*algo), Algo::Lt(candidate));
-            if probe.same_bits(self, &algo, &lt, small, &long, stream)? {
+            if probe.same_bits(self, algo, &candidate, small, &long, stream)? {
                 return Ok(Some(candidate));
             }
         }
@@ -749,7 +611,7 @@ impl Blas {
         let (start, end) = (Event::new()?, Event::new()?);
         let mut best: Option<(f32, sys::cublasLtMatmulAlgo_t)> = None;
         for algo in candidates {
-            let once = || self.launch(plan, &Algo::Lt(*algo), &probe, stream);
+            let once = || self.launch(plan, algo, &probe, stream);
             // A candidate cuBLASLt refuses for these operands is skipped.
             if once().and_then(|_| once()).is_err() {
                 continue;
@@ -792,26 +654,16 @@ impl Blas {
             .plans
             .get(&shape)
             .ok_or_else(|| CudaError::Unavailable("GEMM plan vanished".into()))?;
-        // `gemm_own` copies 16 bytes at a time; operands it cannot take go to the cuBLASLt
-        // algorithm, which gives the same bits.
-        let algo = match plan.own {
-            Some(tile) if own_aligned(g) => Algo::Own(tile),
-            _ => Algo::Lt(plan.algo),
-        };
-        self.launch(plan, &algo, g, stream)
+        self.launch(plan, &plan.algo, g, stream)
     }
 
     fn launch(
         &self,
         plan: &Plan,
-        algo: &Algo,
+        algo: &sys::cublasLtMatmulAlgo_t,
         g: &Gemm,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<(), CudaError> {
-        let algo = match algo {
-            Algo::Lt(a) => a,
-            Algo::Own(tile) => return self.launch_own(*tile, g, stream),
-        };
         let (handle, ws) = (self.handle, self.workspace.ptr());
         if g.kind.has_bias() {
             let bias = g.bias as *const c_void;
@@ -852,48 +704,6 @@ impl Blas {
         }
         .map_err(blas("cublasLtMatmul"))
     }
-}
-
-impl Blas {
-    /// Queues `gemm_own` for `g` (whose family [`Blas::own_fits`]).
-    fn launch_own(
-        &self,
-        tile: Tile,
-        g: &Gemm,
-        stream: cudarc::driver::sys::CUstream,
-    ) -> Result<(), CudaError> {
-        let kernels = self
-            .own
-            .ok_or_else(|| CudaError::Unavailable("gemm_own is not loaded".into()))?;
-        let f = match tile {
-            Tile::N32 => kernels.n32,
-            Tile::N64 => kernels.n64,
-        };
-        let grid = (
-            (g.out / tile.outputs()) as u32,
-            g.tokens.div_ceil(Tile::ROWS) as u32,
-            1,
-        );
-        Args::new()
-            .ptr(g.x)
-            .ptr(g.w)
-            .ptr(g.bias)
-            .ptr(g.y)
-            .i32(g.tokens as i32)
-            .i32(g.out as i32)
-            .i32(g.inp as i32)
-            .i32(g.kind.code())
-            .launch(f, grid, 128, 0, stream)
-    }
-}
-
-/// Whether `g`'s operands meet `gemm_own`'s alignment: 16-byte rows and matrices for its
-/// copies, 8 bytes for the bias pairs and the f32 output pairs.
-fn own_aligned(g: &Gemm) -> bool {
-    g.x.is_multiple_of(16)
-        && g.w.is_multiple_of(16)
-        && g.y.is_multiple_of(8)
-        && g.bias.is_multiple_of(8)
 }
 
 /// The split-K factor an algorithm's configuration asks for (1: none).
@@ -964,8 +774,8 @@ impl Probe {
     fn same_bits<P: std::borrow::Borrow<Plan>>(
         &self,
         blas: &Blas,
-        alone: &Algo,
-        among: &Algo,
+        alone: &sys::cublasLtMatmulAlgo_t,
+        among: &sys::cublasLtMatmulAlgo_t,
         small: &Plan,
         counts: &[(usize, P)],
         stream: cudarc::driver::sys::CUstream,
@@ -1054,36 +864,5 @@ impl Drop for Blas {
         unsafe {
             let _ = lt::destroy_handle(self.handle);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `gemm_own`'s epilogue reads the kind as a number: the kernel's constants must be the
-    /// codes this side passes.
-    #[test]
-    fn own_kind_codes_match_the_kernel() {
-        let src = crate::compile::KERNELS;
-        for (name, kind) in [
-            ("GO_HALF", Kind::Half),
-            ("GO_HALF_BIAS", Kind::HalfBias),
-            ("GO_HALF_RELU_BIAS", Kind::HalfReluBias),
-            ("GO_RESIDUAL", Kind::Residual),
-            ("GO_RESIDUAL_BIAS", Kind::ResidualBias),
-        ] {
-            let line = format!("#define {name} {}\n", kind.code());
-            assert!(src.contains(&line), "kernels.cu lacks `{}`", line.trim());
-        }
-    }
-
-    /// Wide blocks once narrow ones would be more than two a multiprocessor.
-    #[test]
-    fn own_tile_by_pass_size() {
-        assert_eq!(Tile::for_pass(192, 1024), Tile::N32);
-        assert_eq!(Tile::for_pass(192, 3072), Tile::N64);
-        assert_eq!(Tile::for_pass(64, 5248), Tile::N32);
-        assert_eq!(Tile::for_pass(256, 5248), Tile::N64);
     }
 }

@@ -22,7 +22,7 @@ mod gemm;
 mod gpu;
 pub mod weights;
 
-pub use engine::{Attention, CudaEngine, CudaSettings, GemmFamilies, Stats};
+pub use engine::{Attention, CudaEngine, CudaSettings, Stats};
 pub use error::{CudaError, ForwardError, LoadError};
 
 /// Opens the CUDA driver, NVRTC and cuBLASLt, or says which is missing or older than CUDA 13

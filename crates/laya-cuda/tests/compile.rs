@@ -40,8 +40,6 @@ fn kernels_compile_for_ampere_and_hopper() {
         "scorer_hidden",
         "act_hidden",
         "act_out",
-        "gemm_own_n32",
-        "gemm_own_n64",
     ] {
         assert!(
             KERNELS.contains(&format!("void {name}(")) || KERNELS.contains(&format!("\n{name}(")),

@@ -181,9 +181,7 @@ fn check_batch_mates(
         }
     }
     println!(
-        "{what}: {compositions} compositions bit-identical (up to {tokens_max} tokens a batch; \
-         GEMMs {:?})",
-        engine.gemm_families()
+        "{what}: {compositions} compositions bit-identical (up to {tokens_max} tokens a batch)"
     );
     compositions
 }
@@ -197,41 +195,28 @@ fn batch_mates_do_not_change_answers() {
         return;
     }
     let mut checked = 0;
-    // The defaults, and our own GEMM kernel on every pass of up to 1,024 tokens wherever it
-    // gives cuBLASLt's bits, so that passes on both sides of that size meet.
-    let own = CudaSettings {
-        gemm_own_tokens: 1024,
-        ..CudaSettings::default()
-    };
-    let settings = [(CudaSettings::default(), 1, ""), (own, 2, " (own GEMM)")];
-    for (settings, share, label) in &settings {
-        for (n, ckpt) in checkpoints().iter().enumerate() {
-            let mut e = engine(ckpt, settings);
-            let passes = reference_passes(&e, ckpt);
-            let what = format!("{ckpt}{label}");
-            checked += check_batch_mates(&mut e.forward, &passes, 300 / share, 7 + n as u64, &what);
-            assert!(
-                e.forward.batch_invariant(),
-                "{what}: a GEMM family was not verified"
-            );
-        }
+    for (n, ckpt) in checkpoints().iter().enumerate() {
+        let mut e = engine(ckpt, &CudaSettings::default());
+        let passes = reference_passes(&e, ckpt);
+        checked += check_batch_mates(&mut e.forward, &passes, 300, 7 + n as u64, ckpt);
+        assert!(
+            e.forward.batch_invariant(),
+            "{ckpt}: a GEMM family was not verified"
+        );
     }
     if let Some(dir) = std::env::var_os("LAYA_CUDA_LARGE") {
         let dir = std::path::Path::new(&dir);
-        for (settings, share, label) in &settings {
-            let forward = CudaEngine::load(dir, settings).expect("large loads");
-            let mut e = Agent::load(dir, forward).expect("tokenizer and configs load");
-            // Every workload's requests (the 12 sizes of smoke among them), laid out for large.
-            let passes = reference_passes(&e, "tiny");
-            let what = format!("large{label}");
-            checked += check_batch_mates(&mut e.forward, &passes, 700 / share, 11, &what);
-            assert!(
-                e.forward.batch_invariant(),
-                "{what}: a GEMM family was not verified"
-            );
-        }
+        let forward = CudaEngine::load(dir, &CudaSettings::default()).expect("large loads");
+        let mut e = Agent::load(dir, forward).expect("tokenizer and configs load");
+        // Every workload's requests (the 12 sizes of smoke among them), laid out for large.
+        let passes = reference_passes(&e, "tiny");
+        checked += check_batch_mates(&mut e.forward, &passes, 700, 11, "large");
+        assert!(
+            e.forward.batch_invariant(),
+            "large: a GEMM family was not verified"
+        );
     } else {
         eprintln!("LAYA_CUDA_LARGE unset: the large shape is not checked");
     }
-    assert!(checked >= 1350, "{checked} compositions");
+    assert!(checked >= 900, "{checked} compositions");
 }

@@ -221,19 +221,6 @@ pub struct EngineArgs {
         hide = true
     )]
     pub cuda_gemm_large_tokens: Vec<usize>,
-    /// CUDA engine: passes of at most this many tokens run the engine's own GEMM kernel in
-    /// each layer where it gives the bits of the layer's cuBLASLt kernel (0: never).
-    #[arg(
-        long,
-        env = "SYS1_CUDA_GEMM_OWN_TOKENS",
-        default_value_t = 0,
-        hide = true
-    )]
-    pub cuda_gemm_own_tokens: usize,
-    /// CUDA engine: where the own GEMM kernel does not give a layer's first verified cuBLASLt
-    /// kernel's bits, take a later verified one whose bits it gives (for tuning).
-    #[arg(long, env = "SYS1_CUDA_GEMM_OWN_REFERENCE", default_value = "false", value_parser = truthy_default_on, hide = true)]
-    pub cuda_gemm_own_reference: bool,
     /// Persistent directory for compiled GPU kernels (serve's --kernel-cache).
     #[arg(skip)]
     pub kernel_cache: Option<PathBuf>,

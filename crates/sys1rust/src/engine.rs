@@ -63,8 +63,6 @@ impl EngineArgs {
             .copied()
             .filter(|&t| t > 0)
             .collect();
-        s.gemm_own_tokens = self.cuda_gemm_own_tokens;
-        s.gemm_own_reference = self.cuda_gemm_own_reference;
         if self.cuda_attention == CudaAttention::Rows {
             s.attention = laya_cuda::Attention::Rows;
         }
