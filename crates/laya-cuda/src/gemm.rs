@@ -736,7 +736,13 @@ struct Tier {
 }
 
 /// Operands for the invariance check of one family: fixed pseudo-random activations of
-/// [`PROBE_LARGE`] rows, the layer's own weight and bias, zeroed outputs.
+/// [`PROBE_LARGE`] rows, the layer's own weight and bias, and for the residual kinds a
+/// pseudo-random stream to add to.
+///
+/// The values use every bit of their mantissas, so that their products' sums round and two
+/// kernels that add up an output in different orders give different bits. (Values on a
+/// coarse grid, as the first probe used, add up exactly in any order: a kernel of another
+/// order passed that check and then moved real answers in the last bits.)
 struct Probe {
     family: Family,
     x: DeviceBuf,
@@ -748,10 +754,8 @@ struct Probe {
 impl Probe {
     fn new(family: Family, g: &Gemm) -> Result<Probe, CudaError> {
         let n = PROBE_LARGE * family.inp;
-        // Values in [-1, 1) on a 1/128 grid: exact in f16.
-        let value = |i: usize| ((i.wrapping_mul(2_654_435_761) >> 13) & 0xff) as f32 / 128.0 - 1.0;
         let bits: Vec<u16> = (0..n)
-            .map(|i| half::f16::from_f32(value(i)).to_bits())
+            .map(|i| half::f16::from_f32(probe_value(i as u64)).to_bits())
             .collect();
         let x = DeviceBuf::from_slice(&bits)?;
         let out_elem = if family.kind.out_type() == sys::cudaDataType::CUDA_R_16F {
@@ -782,7 +786,18 @@ impl Probe {
     ) -> Result<bool, CudaError> {
         let f = self.family;
         let row_bytes = f.out * self.out_elem;
-        let zeros = |rows: usize| DeviceBuf::from_slice(&vec![0u8; rows * row_bytes]);
+        // Rows `from..from + rows` of the output as it starts: the stream the residual kinds
+        // add to (the same values for a row wherever it sits), zeros for the others.
+        let start = |from: usize, rows: usize| {
+            if f.kind.beta() == 0.0 {
+                return DeviceBuf::from_slice(&vec![0u8; rows * row_bytes]);
+            }
+            let first = (from * f.out) as u64;
+            let values: Vec<f32> = (first..first + (rows * f.out) as u64)
+                .map(|i| 4.0 * probe_value(i ^ 0x5eed_0000_0000))
+                .collect();
+            DeviceBuf::from_slice(&values)
+        };
         let gemm = |tokens: usize, x: u64, y: u64| Gemm {
             kind: f.kind,
             tokens,
@@ -794,10 +809,10 @@ impl Probe {
             y,
         };
         let offset = PROBE_LARGE - PROBE_SMALL;
-        let (head, tail) = (zeros(PROBE_SMALL)?, zeros(PROBE_SMALL)?);
+        let (head, tail) = (start(0, PROBE_SMALL)?, start(offset, PROBE_SMALL)?);
         let outs = counts
             .iter()
-            .map(|(n, _)| zeros(*n))
+            .map(|(n, _)| start(0, *n))
             .collect::<Result<Vec<_>, _>>()?;
         // A kernel cuBLASLt refuses for these operands is no candidate.
         let mut ran = blas
@@ -857,6 +872,16 @@ impl Probe {
     }
 }
 
+/// A pseudo-random value in [-1, 1) for index `i`, with all 24 bits of an f32 mantissa
+/// (splitmix64's mixing).
+fn probe_value(i: u64) -> f32 {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         self.plans.clear();
@@ -864,5 +889,37 @@ impl Drop for Blas {
         unsafe {
             let _ = lt::destroy_handle(self.handle);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probe's values must round when summed: spread over [-1, 1), not on a coarse grid,
+    /// and as f16 (the activations) still using most of the mantissa.
+    #[test]
+    fn probe_values_use_their_mantissas() {
+        let values: Vec<f32> = (0..4096).map(probe_value).collect();
+        assert!(values.iter().all(|v| (-1.0..1.0).contains(v)));
+        let (lo, hi) = values
+            .iter()
+            .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+        assert!(lo < -0.99 && hi > 0.99, "{lo} {hi}");
+        // On a 1/128 grid every value times 128 is whole; these almost never are.
+        let on_grid = values
+            .iter()
+            .filter(|v| (*v * 128.0).fract() == 0.0)
+            .count();
+        assert!(on_grid < 8, "{on_grid} of 4096 on the 1/128 grid");
+        // As f16, values above 1/2 in magnitude keep the mantissa's low bit set about half
+        // of the time.
+        let odd = values
+            .iter()
+            .filter(|v| v.abs() >= 0.5)
+            .filter(|v| half::f16::from_f32(**v).to_bits() & 1 == 1)
+            .count();
+        let big = values.iter().filter(|v| v.abs() >= 0.5).count();
+        assert!(odd * 3 > big && odd * 3 < 2 * big, "{odd} of {big}");
     }
 }
