@@ -749,6 +749,9 @@ struct Probe {
     w: u64,
     bias: u64,
     out_elem: usize,
+    /// The residual kinds' stream as it starts, [`PROBE_LARGE`] rows of f32 bytes (a row has
+    /// the same values wherever it sits); empty for the kinds that overwrite their output.
+    stream: Vec<u8>,
 }
 
 impl Probe {
@@ -763,12 +766,20 @@ impl Probe {
         } else {
             4
         };
+        let stream = if family.kind.beta() == 0.0 {
+            Vec::new()
+        } else {
+            (0..(PROBE_LARGE * family.out) as u64)
+                .flat_map(|i| (4.0 * probe_value(i ^ 0x5eed_0000_0000)).to_ne_bytes())
+                .collect()
+        };
         Ok(Probe {
             family,
             x,
             w: g.w,
             bias: g.bias,
             out_elem,
+            stream,
         })
     }
 
@@ -786,17 +797,13 @@ impl Probe {
     ) -> Result<bool, CudaError> {
         let f = self.family;
         let row_bytes = f.out * self.out_elem;
-        // Rows `from..from + rows` of the output as it starts: the stream the residual kinds
-        // add to (the same values for a row wherever it sits), zeros for the others.
+        // Rows `from..from + rows` of the output as it starts.
         let start = |from: usize, rows: usize| {
-            if f.kind.beta() == 0.0 {
-                return DeviceBuf::from_slice(&vec![0u8; rows * row_bytes]);
+            if self.stream.is_empty() {
+                DeviceBuf::from_slice(&vec![0u8; rows * row_bytes])
+            } else {
+                DeviceBuf::from_slice(&self.stream[from * row_bytes..(from + rows) * row_bytes])
             }
-            let first = (from * f.out) as u64;
-            let values: Vec<f32> = (first..first + (rows * f.out) as u64)
-                .map(|i| 4.0 * probe_value(i ^ 0x5eed_0000_0000))
-                .collect();
-            DeviceBuf::from_slice(&values)
         };
         let gemm = |tokens: usize, x: u64, y: u64| Gemm {
             kind: f.kind,
