@@ -17,7 +17,8 @@
 //!   `128 · Σₖ qw[n][k]` is taken off the sum again (exact in `i32`).
 //! * AMX-INT8: `tdpbusd` on tiles (16 rows × 64 activation bytes against 16 groups of four
 //!   inputs × 16 channels), the same unsigned-by-signed products as `vpdpbusd`, eight times
-//!   as many a cycle. The packed weight blocks below are exactly the B tiles' layout. For
+//!   as many a cycle. The packed weight blocks below are exactly the B tiles' layout, and
+//!   the activations are quantized straight into the A tiles' ([`Layout::Tiles`]). For
 //!   layers whose `k` is a multiple of 64 (every checkpoint's); others take AVX-512 VNNI.
 //!   Linux hands the tile registers to a process only on request (`arch_prctl`), asked once.
 //! * AVX-VNNI: the same on 256-bit registers, for CPUs with VNNI but not AVX-512.
@@ -230,7 +231,14 @@ impl Int8Linear {
         } else {
             Kernel::Portable
         };
-        let planes = planes(x, rows, self.k, self.k4, kernel.shifted(), activations);
+        let layout = if self.amx_tiles(kernel) {
+            Layout::Tiles
+        } else if kernel.shifted() {
+            Layout::ShiftedRows
+        } else {
+            Layout::Rows
+        };
+        let planes = planes(x, rows, self.k, self.k4, layout, activations);
         let blocks = self.out.div_ceil(BLOCK);
         // Work items are a chunk of rows by a panel of channels, chunk by chunk: a chunk's
         // activations stay in the core's cache while the panels go by. The threads (this one
@@ -287,9 +295,7 @@ impl Int8Linear {
     ) {
         #[cfg(target_arch = "x86_64")]
         match kernel {
-            Kernel::Amx if self.k4 > 0 && self.k4.is_multiple_of(AMX_K) => {
-                return x86::amx(self, acts, rows, blocks, y)
-            }
+            Kernel::Amx if self.amx_tiles(kernel) => return x86::amx(self, acts, rows, blocks, y),
             Kernel::Amx | Kernel::Avx512Vnni => return x86::vnni512(self, acts, rows, blocks, y),
             Kernel::AvxVnni => return x86::vnni256(self, acts, rows, blocks, y),
             Kernel::Avx2 => return x86::avx2(self, acts, rows, blocks, y),
@@ -297,6 +303,12 @@ impl Int8Linear {
         }
         let _ = kernel;
         portable(self, acts, rows, blocks, y);
+    }
+
+    /// Whether `kernel` runs this layer on AMX tiles (which want the activations tiled):
+    /// where `k` fills whole tiles; other layers take AVX-512 VNNI.
+    fn amx_tiles(&self, kernel: Kernel) -> bool {
+        kernel == Kernel::Amx && self.k4 > 0 && self.k4.is_multiple_of(AMX_K)
     }
 
     /// The packed weights of block `b`.
@@ -316,7 +328,11 @@ impl Int8Linear {
             if n >= self.out {
                 break;
             }
-            let s = if acts.shifted { s - self.shift[n] } else { s };
+            let s = if acts.layout.shifted() {
+                s - self.shift[n]
+            } else {
+                s
+            };
             let v = s as f32 * (sx * self.scale[n]);
             let at = y.add(r * self.out + n);
             if acts.residual {
@@ -362,85 +378,117 @@ fn planes(
     rows: usize,
     k: usize,
     k4: usize,
-    shifted: bool,
+    layout: Layout,
     activations: Activations,
 ) -> Vec<Plane> {
-    {
-        let first = Plane::new(x, rows, k, k4, shifted, false);
-        if activations == Activations::Int8 {
-            return vec![first];
+    let first = Plane::new(x, rows, k, k4, layout, false);
+    if activations == Activations::Int8 {
+        return vec![first];
+    }
+    // What the first rounding left: the same `quantize` on the same scale gives the first
+    // plane's integers again, whatever layout holds them.
+    let mut left = x.to_vec();
+    for row in left.chunks_exact_mut(k.max(1)).take(rows) {
+        let (s, inv) = scale_of(row);
+        for v in row.iter_mut() {
+            *v -= quantize(*v, inv) as i32 as f32 * s;
         }
-        let mut left = x.to_vec();
-        for r in 0..rows {
-            let s = first.scale[r];
-            for (v, &q) in left[r * k..(r + 1) * k]
-                .iter_mut()
-                .zip(&first.q[r * k4..r * k4 + k])
-            {
-                let q = if shifted {
-                    q as i32 - 128
-                } else {
-                    q as i8 as i32
-                };
-                *v -= q as f32 * s;
+    }
+    let second = Plane::new(&left, rows, k, k4, layout, true);
+    vec![first, second]
+}
+
+/// How a plane's bytes are laid out, which is what the kernel that reads them wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// `[rows, k4]`, unshifted: the portable and AVX2 kernels.
+    Rows,
+    /// `[rows, k4]`, shifted by 128: the `vpdpbusd` kernels.
+    ShiftedRows,
+    /// Shifted, and in AMX tiles: `[rows / 16][k4 / 64][16][64]`, each tile's 1 KB in one
+    /// place. The AMX kernel is bound by its tile loads (`results/CPU.md`); loading 1 KB in
+    /// one run instead of 16 rows `k4` bytes apart took its three layers 4-6 % less time at
+    /// 1,024 tokens, and an s128_q1 request ~4 %.
+    Tiles,
+}
+
+impl Layout {
+    fn shifted(self) -> bool {
+        self != Layout::Rows
+    }
+
+    /// Where byte `kk` of row `r` goes, for planes whose `k4` is a multiple of 64 when tiled.
+    #[inline(always)]
+    fn at(self, r: usize, kk: usize, k4: usize) -> usize {
+        match self {
+            Layout::Tiles => {
+                ((r / AMX_ROWS) * (k4 / AMX_K) + kk / AMX_K) * (AMX_ROWS * AMX_K)
+                    + (r % AMX_ROWS) * AMX_K
+                    + kk % AMX_K
             }
+            Layout::Rows | Layout::ShiftedRows => r * k4 + kk,
         }
-        let second = Plane::new(&left, rows, k, k4, shifted, true);
-        vec![first, second]
     }
 }
 
 /// One plane of a GEMM's activations, quantized per row.
 struct Plane {
     k4: usize,
-    /// `[rows + 32, k4]`: `qx` as bytes, shifted by 128 (as `u8`) for the `vpdpbusd` and
-    /// `tdpbusd` kernels; the 32 rows past the last are padding for the AMX tiles.
+    /// `qx` as bytes, shifted by 128 (as `u8`) for the `vpdpbusd` and `tdpbusd` kernels, in
+    /// `layout`; 32 rows past the last (rounded up to a tile) are padding for the AMX tiles.
     q: Vec<u8>,
     scale: Vec<f32>,
-    shifted: bool,
+    layout: Layout,
     /// What the first plane's rounding left: added to the output, without the bias.
     residual: bool,
 }
 
 impl Plane {
-    fn new(x: &[f32], rows: usize, k: usize, k4: usize, shifted: bool, residual: bool) -> Plane {
+    fn new(x: &[f32], rows: usize, k: usize, k4: usize, layout: Layout, residual: bool) -> Plane {
         // Two AMX tiles of rows past the last: a tile that starts at a real row reads 16 or
         // 32 rows whatever is left, and what it computes for these is never written out.
-        let mut q = vec![if shifted { 128u8 } else { 0 }; (rows + 2 * AMX_ROWS) * k4];
+        let padded = rows.next_multiple_of(AMX_ROWS) + 2 * AMX_ROWS;
+        let mut q = vec![if layout.shifted() { 128u8 } else { 0 }; padded * k4];
         let mut scale = vec![0f32; rows];
-        let per = rows
+        let mut per = rows
             .div_ceil(crate::parallel::threads_for(rows, rows * k))
             .max(1);
+        if layout == Layout::Tiles {
+            // Whole tiles a thread, so that each writes a range of `q` of its own.
+            per = per.next_multiple_of(AMX_ROWS);
+        }
         crate::parallel::run(
             x.chunks(per * k.max(1))
                 .zip(q.chunks_mut(per * k4))
                 .zip(scale.chunks_mut(per))
-                .map(|((x, q), scale)| move || quantize_rows(x, k, q, k4, scale, shifted)),
+                .map(|((x, q), scale)| move || quantize_rows(x, k, q, k4, scale, layout)),
         );
         Plane {
             k4,
             q,
             scale,
-            shifted,
+            layout,
             residual,
         }
     }
 
+    /// Row `r`'s bytes, in a row layout.
     fn row(&self, r: usize) -> &[u8] {
+        debug_assert_ne!(self.layout, Layout::Tiles, "a tiled plane has no rows");
         &self.q[r * self.k4..(r + 1) * self.k4]
     }
 }
 
-/// Rows of `x` (`k` values each) quantized into `q` (`k4` bytes a row, shifted by 128 where
-/// `shifted`), their scales into `scale` (one a row).
-fn quantize_rows(x: &[f32], k: usize, q: &mut [u8], k4: usize, scale: &mut [f32], shifted: bool) {
+/// Rows of `x` (`k` values each) quantized into `q` (`k4` bytes a row, placed and shifted
+/// as `layout` says), their scales into `scale` (one a row).
+fn quantize_rows(x: &[f32], k: usize, q: &mut [u8], k4: usize, scale: &mut [f32], layout: Layout) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512bw") {
         // SAFETY: the CPU has AVX-512F and BW, checked just above.
-        unsafe { quantize_rows_avx512(x, k, q, k4, scale, shifted) };
+        unsafe { quantize_rows_avx512(x, k, q, k4, scale, layout) };
         return;
     }
-    quantize_rows_any(x, k, q, k4, scale, shifted);
+    quantize_rows_any(x, k, q, k4, scale, layout);
 }
 
 /// [`quantize_rows`] compiled for AVX-512: the same operations (a product, comparisons and
@@ -454,9 +502,9 @@ unsafe fn quantize_rows_avx512(
     q: &mut [u8],
     k4: usize,
     scale: &mut [f32],
-    shifted: bool,
+    layout: Layout,
 ) {
-    quantize_rows_any(x, k, q, k4, scale, shifted)
+    quantize_rows_any(x, k, q, k4, scale, layout)
 }
 
 #[inline(always)]
@@ -466,19 +514,25 @@ fn quantize_rows_any(
     q: &mut [u8],
     k4: usize,
     scale: &mut [f32],
-    shifted: bool,
+    layout: Layout,
 ) {
+    let shifted = layout.shifted();
+    // A row is one run of bytes, or 64-byte runs in its tiles.
+    let run = if layout == Layout::Tiles { AMX_K } else { k4 };
     for (r, s_out) in scale.iter_mut().enumerate() {
         let row = &x[r * k..(r + 1) * k];
         let (s, inv) = scale_of(row);
         *s_out = s;
-        for (d, &v) in q[r * k4..r * k4 + k].iter_mut().zip(row) {
-            let v = quantize(v, inv);
-            *d = if shifted {
-                (v as i16 + 128) as u8
-            } else {
-                v as u8
-            };
+        for (c, part) in row.chunks(run.max(1)).enumerate() {
+            let at = layout.at(r, c * run, k4);
+            for (d, &v) in q[at..at + part.len()].iter_mut().zip(part) {
+                let v = quantize(v, inv);
+                *d = if shifted {
+                    (v as i16 + 128) as u8
+                } else {
+                    v as u8
+                };
+            }
         }
     }
 }
@@ -529,7 +583,7 @@ unsafe fn portable(
                 let ag = &a[g * 4..g * 4 + 4];
                 for (c, wc) in wg.chunks_exact(4).enumerate() {
                     for t in 0..4 {
-                        let av = if acts.shifted {
+                        let av = if acts.layout.shifted() {
                             ag[t] as i32
                         } else {
                             ag[t] as i8 as i32
@@ -553,7 +607,7 @@ mod x86 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{Int8Linear, Plane, AMX_K, AMX_ROWS, BLOCK};
+    use super::{Int8Linear, Layout, Plane, AMX_K, AMX_ROWS, BLOCK};
 
     /// Whether the CPU has AMX-INT8 and Linux lets this process use the tile registers
     /// (asked once: `ARCH_REQ_XCOMP_PERM` for `XFEATURE_XTILEDATA`, then read back).
@@ -608,8 +662,8 @@ mod x86 {
 
     /// AMX-INT8: tiles of 32 rows × 32 channels (four 16 × 16 sums `tmm0`-`tmm3`; two
     /// activation tiles `tmm4`, `tmm5`; two weight tiles `tmm6`, `tmm7`), over `k` 64 bytes a
-    /// step. `lin.k4` must be a positive multiple of 64, and `acts.q` must hold 32 rows past the
-    /// last (it does: [`Plane::new`]).
+    /// step. `lin.k4` must be a positive multiple of 64, and `acts` must be in
+    /// [`Layout::Tiles`] with 32 rows past the last (it is: [`Plane::new`]).
     ///
     /// The integer sums are exact, so they are the other kernels' sums, and
     /// [`Int8Linear::finish`] scales them the same way.
@@ -638,12 +692,14 @@ mod x86 {
         // touches it, as this crate enables no AMX target feature and so the compiler emits
         // no tile instruction. The sums live in the tiles within one block only.
         std::arch::asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly));
+        debug_assert_eq!(acts.layout, Layout::Tiles, "AMX reads tiled activations");
         let k4 = lin.k4;
         let block_bytes = BLOCK * k4;
         let mut sums = [[0i32; AMX_ROWS * BLOCK]; 4];
         let mut r = rows.start;
         while r < rows.end {
-            let a0 = acts.q.as_ptr().add(r * k4);
+            // `r` starts a tile: chunks and steps are whole pairs of tiles.
+            let a0 = acts.q.as_ptr().add(Layout::Tiles.at(r, 0, k4));
             let mut b = blocks.start;
             while b < blocks.end {
                 // An odd last block pairs with itself; its second copy is not written out.
@@ -678,9 +734,9 @@ mod x86 {
                     w0 = inout(reg) lin.packed.as_ptr().add(b * block_bytes) => _,
                     w1 = inout(reg) lin.packed.as_ptr().add(b1 * block_bytes) => _,
                     steps = inout(reg) k4 / AMX_K => _,
-                    sa = in(reg) k4,
+                    sa = in(reg) AMX_K,
                     sw = in(reg) BLOCK * 4,
-                    ka = const AMX_K,
+                    ka = const AMX_ROWS * AMX_K,
                     kw = const AMX_ROWS * BLOCK * 4,
                     c0 = in(reg) sums[0].as_mut_ptr(),
                     c1 = in(reg) sums[1].as_mut_ptr(),
@@ -791,7 +847,7 @@ mod x86 {
         s: __m512i,
         y: *mut f32,
     ) {
-        let s = if acts.shifted {
+        let s = if acts.layout.shifted() {
             _mm512_sub_epi32(
                 s,
                 _mm512_loadu_si512(lin.shift.as_ptr().add(n0) as *const _),
@@ -938,7 +994,7 @@ mod x86 {
 mod tests {
     #[cfg(target_arch = "x86_64")]
     use super::quantize_rows_avx512;
-    use super::{quantize, quantize_rows_any};
+    use super::{quantize, quantize_rows_any, Layout, AMX_ROWS};
 
     /// The AVX-512 build of the activations' quantization gives the portable build's bytes
     /// and scales, halves, zeros, NaN and infinities among the values.
@@ -965,17 +1021,22 @@ mod tests {
         x[5 * k + 3] = f32::NAN;
         x[9 * k..10 * k].fill(0.0);
         x[11 * k + 7] = f32::INFINITY;
-        for shifted in [false, true] {
-            let (mut qa, mut sa) = (vec![0u8; rows * k4], vec![0f32; rows]);
-            let (mut qb, mut sb) = (vec![0u8; rows * k4], vec![0f32; rows]);
-            quantize_rows_any(&x, k, &mut qa, k4, &mut sa, shifted);
+        for layout in [Layout::Rows, Layout::ShiftedRows, Layout::Tiles] {
+            // Tiles hold whole 64-byte runs and whole 16-row tiles.
+            let (k4, bytes) = match layout {
+                Layout::Tiles => (256, rows.next_multiple_of(AMX_ROWS) * 256),
+                _ => (k4, rows * k4),
+            };
+            let (mut qa, mut sa) = (vec![0u8; bytes], vec![0f32; rows]);
+            let (mut qb, mut sb) = (vec![0u8; bytes], vec![0f32; rows]);
+            quantize_rows_any(&x, k, &mut qa, k4, &mut sa, layout);
             // SAFETY: the CPU has AVX-512F and BW, checked above.
-            unsafe { quantize_rows_avx512(&x, k, &mut qb, k4, &mut sb, shifted) };
-            assert_eq!(qa, qb, "bytes, shifted {shifted}");
+            unsafe { quantize_rows_avx512(&x, k, &mut qb, k4, &mut sb, layout) };
+            assert_eq!(qa, qb, "bytes, {layout:?}");
             assert_eq!(
                 sa.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 sb.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "scales, shifted {shifted}"
+                "scales, {layout:?}"
             );
         }
     }
