@@ -385,13 +385,12 @@ fn planes(
     if activations == Activations::Int8 {
         return vec![first];
     }
-    // What the first rounding left: the same `quantize` on the same scale gives the first
-    // plane's integers again, whatever layout holds them.
+    // What the first rounding left.
     let mut left = x.to_vec();
-    for row in left.chunks_exact_mut(k.max(1)).take(rows) {
-        let (s, inv) = scale_of(row);
-        for v in row.iter_mut() {
-            *v -= quantize(*v, inv) as i32 as f32 * s;
+    for (r, row) in left.chunks_exact_mut(k.max(1)).take(rows).enumerate() {
+        let s = first.scale[r];
+        for (kk, v) in row.iter_mut().enumerate() {
+            *v -= first.value(r, kk) as f32 * s;
         }
     }
     let second = Plane::new(&left, rows, k, k4, layout, true);
@@ -469,6 +468,16 @@ impl Plane {
             scale,
             layout,
             residual,
+        }
+    }
+
+    /// `qx[r][kk]`, unshifted, in any layout.
+    fn value(&self, r: usize, kk: usize) -> i32 {
+        let q = self.q[self.layout.at(r, kk, self.k4)];
+        if self.layout.shifted() {
+            q as i32 - 128
+        } else {
+            q as i8 as i32
         }
     }
 
