@@ -25,8 +25,9 @@
 #   variants    `engine` and the served load with the GEMM algorithms picked at each of
 #               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS; `T/L` also sets the long
 #               passes' count, SYS1_CUDA_GEMM_LARGE_TOKENS, 0 for none)
-#   ab          the carried baseline binary (bin/sys1rust-base, see carry-cuda.sh) against this
-#               tree's in alternating rounds (AB_ROUNDS, 3): in-process AB_SHAPES and wrk with
+#   ab          the carried baseline binary (bin/sys1rust-base, see carry-cuda.sh; or with
+#               BASE_ENV this tree's binary under those settings) against this tree's in
+#               alternating rounds (AB_ROUNDS, 3): in-process AB_SHAPES and wrk with
 #               s32_q1 and s512_q10 at 16 clients, so a change is judged against what it
 #               replaces on the same machine in the same call. First, smoke's answers served
 #               by each (and by bin/sys1rust-mid, an intermediate build, when carried),
@@ -179,6 +180,23 @@ stop_bg() {
   say "server exited $?"
 }
 
+# The server's own view of a load (its request log's total_ms), to set beside wrk's: requests
+# of fewer than 1,000 tokens and of more, each with its count, p50, p99 and max.
+server_latency() { # label
+  awk '/ request method=POST/ {
+      t = ""; n = 0
+      for (i = 1; i <= NF; i++) {
+        if ($i ~ /^total_ms=/) t = substr($i, 10)
+        if ($i ~ /^input_tokens=/) n = substr($i, 14)
+      }
+      if (t != "") print (n + 0 < 1000 ? "short" : "long"), t
+    }' "$RES/serve-$1.log" | sort -k1,1 -k2n | awk '
+    function report() { if (c) printf "%s n=%d p50=%s p99=%s max=%s  ", k, c, v[int(c * 0.5) + 1], v[int(c * 0.99) + 1], v[c] }
+    $1 != k { report(); k = $1; c = 0 }
+    { v[++c] = $2 }
+    END { report(); print "" }'
+}
+
 phase_served() {
   bodies "$SHORT" s32_q1 "$STAGE/s32_q1.jsonl"
   bodies "$SMOKE" s512_q10 "$STAGE/s512_q10.jsonl"
@@ -284,8 +302,16 @@ AB_SHAPES=${AB_SHAPES:-s128_q1,s512_q1,s256_q10,s512_q10}
 ab_bin() { # name
   if [ "$1" = new ]; then echo "$STAGE/bin/sys1rust"; else echo "$STAGE/bin/sys1rust-$1"; fi
 }
+# BASE_ENV (e.g. "SYS1_CUDA_GEMM_SMALL_TOKENS=0"): the baseline is this tree's binary under
+# those settings, for a change that a setting switches off.
+base_from_env() {
+  [ -n "${BASE_ENV:-}" ] || return 0
+  printf '#!/bin/sh\nexec env %s %s "$@"\n' "$BASE_ENV" "$STAGE/bin/sys1rust" > "$(ab_bin base)"
+  chmod +x "$(ab_bin base)"
+}
 phase_ab() {
   local r name
+  base_from_env
   [ -x "$(ab_bin base)" ] || { say "ab: no baseline binary carried"; return; }
   [ -f "$STAGE/s32_q1.jsonl" ] || bodies "$SHORT" s32_q1 "$STAGE/s32_q1.jsonl"
   [ -f "$STAGE/s512_q10.jsonl" ] || bodies "$SMOKE" s512_q10 "$STAGE/s512_q10.jsonl"
@@ -327,6 +353,7 @@ phase_ab() {
       sleep 1
       wrk_run "ab-$name-$r-s512_q10-c16" "$STAGE/s512_q10.jsonl" 16
       stop_bg
+      say "ab $name round $r, server-side total_ms: $(server_latency "ab-$name-$r")"
     done
     pack
   done

@@ -6,7 +6,8 @@
 //! cuda-profile <checkpoint dir> [ROWSxTOKENS ...]     (default 1x80 1x150 1x600 4x600 10x600)
 //! ```
 //! Rows are synthetic: token ids 1000 + i, four option markers at positions 1-4. `ITERS`
-//! (default 50) sets the repetitions, `TUNE=1` times cuBLASLt's candidates for every GEMM shape.
+//! (default 50) sets the repetitions, `TUNE=1` times cuBLASLt's candidates for every GEMM shape,
+//! `SHORT=N` sets the passes that take faster GEMM kernels of the same bits (`gemm_short_tokens`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -33,6 +34,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(50);
     let settings = CudaSettings {
         tune_gemms: std::env::var("TUNE").is_ok_and(|v| v == "1"),
+        gemm_short_tokens: std::env::var("SHORT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(CudaSettings::default().gemm_short_tokens),
         ..CudaSettings::default()
     };
     let mut engine = CudaEngine::load(&dir, &settings)?;

@@ -56,6 +56,10 @@ pub struct CudaSettings {
     /// tokens use, for each layer where they were seen to give the bits of the `gemm_tokens`
     /// kernels (`gemm.rs`); empty: the `gemm_tokens` kernels for every pass.
     pub gemm_long_tokens: Vec<usize>,
+    /// Passes of at most this many tokens take, for each size, the fastest of cuBLASLt's
+    /// candidates there that gives every row the bits of the `gemm_tokens` kernels (`gemm.rs`;
+    /// the same answers whichever wins); 0: the `gemm_tokens` kernels.
+    pub gemm_short_tokens: usize,
 }
 
 impl Default for CudaSettings {
@@ -69,6 +73,7 @@ impl Default for CudaSettings {
             tune_gemms: false,
             gemm_tokens: 512,
             gemm_long_tokens: vec![2048],
+            gemm_short_tokens: 1024,
         }
     }
 }
@@ -270,6 +275,7 @@ impl CudaEngine {
         blas.tune = settings.tune_gemms;
         blas.reference_tokens = settings.gemm_tokens.max(1);
         blas.long_tokens = settings.gemm_long_tokens.clone();
+        blas.short_tokens = settings.gemm_short_tokens;
         tracing::info!(
             dir = %dir.display(),
             gpu = %gpu.name,
@@ -1102,12 +1108,13 @@ impl Forward for CudaEngine {
             self.prepare(bucket)
                 .map_err(|e| EngineError::backend("cuda", e))?;
         }
-        let (families, long_pass) = self.blas.families();
+        let (families, long_pass, short_pass) = self.blas.families();
         tracing::info!(
             families,
             long_pass,
+            short_pass,
             batch_invariant = self.blas.batch_invariant(),
-            "GEMM algorithms chosen (long_pass: algorithms for long passes that give the short passes' bits)"
+            "GEMM algorithms chosen (long_pass: algorithms for long passes, short_pass: short pass sizes with a faster algorithm, all of the same bits)"
         );
         Ok(())
     }

@@ -22,6 +22,14 @@
 //! Kernels without split-K that use the same tensor-core instruction add up each output over
 //! `k` in the same order whatever their tile sizes, so they can agree bit for bit; the check
 //! decides.
+//!
+//! Short passes are the other end: the first algorithm's tiles leave most multiprocessors
+//! idle when a pass has a few hundred rows, and the GEMMs then wait on the weights. So when a
+//! pass of at most [`Blas::short_tokens`] tokens is first planned, the heuristic's candidates
+//! for that very size are timed against the first algorithm with the weights out of the L2
+//! cache, as a forward pass meets them, and the fastest is taken only if it gives, over every
+//! row of a pass of that size, exactly the first algorithm's bits. Timing decides speed only:
+//! whichever candidate wins, the answers are the same bits.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -30,7 +38,7 @@ use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 
 use crate::error::CudaError;
-use crate::gpu::{DeviceBuf, Event};
+use crate::gpu::{self, DeviceBuf, Event};
 
 /// The workspace cuBLASLt may use; allocated once, so the GEMMs can be captured in graphs.
 const WORKSPACE_BYTES: usize = 32 << 20;
@@ -149,12 +157,31 @@ const LONG_CANDIDATES: usize = 4;
 /// At most this many of [`Blas::long_tokens`] are used.
 pub const LONG_TIERS: usize = 4;
 
+/// Timed runs of each candidate for a short pass (the median counts).
+const SHORT_REPS: usize = 3;
+/// Of the heuristic's candidates for a short pass, the first this many are timed.
+const SHORT_CANDIDATES: usize = 8;
+/// A short pass's candidate replaces the first algorithm only when this much faster, so that
+/// timing noise does not swap equals.
+const SHORT_MARGIN: f32 = 0.95;
+/// Written before each timed run so that the weights come from memory, not the L2 cache
+/// (50 MB on the H100 and H200).
+const FLUSH_BYTES: usize = 64 << 20;
+
 /// A cuBLASLt handle, its workspace and the plans made so far.
 pub struct Blas {
     handle: sys::cublasLtHandle_t,
     workspace: DeviceBuf,
     plans: HashMap<Shape, Plan>,
     families: HashMap<Family, Choice>,
+    /// Each family's operands for checking its short passes' candidates
+    /// ([`Blas::short_tokens`] rows).
+    short_probes: HashMap<Family, Probe>,
+    /// Short passes planned with an algorithm other than their family's first.
+    short_plans: usize,
+    /// Memory the short passes' timing writes: [`FLUSH_BYTES`] to push the weights out of
+    /// the L2 cache, and the timed GEMMs' output (kept, grown as needed).
+    short_scratch: Option<(DeviceBuf, DeviceBuf)>,
     /// Time the batch-invariant candidates when planning (off: the first of them).
     pub tune: bool,
     /// The token count the heuristic is asked about when a family's algorithm is chosen: the
@@ -164,6 +191,9 @@ pub struct Blas {
     /// long passes: each is used for passes of at least half as many tokens, when it gives
     /// the first algorithm's bits. Empty: one algorithm for every pass.
     pub long_tokens: Vec<usize>,
+    /// Passes of at most this many tokens take, for each size, the fastest heuristic
+    /// candidate that gives the first algorithm's bits there (0: none do).
+    pub short_tokens: usize,
     /// Set while a CUDA graph is being captured: nothing may run or synchronise then, so a
     /// family first planned during capture takes the heuristic's pick unverified.
     pub capturing: bool,
@@ -202,9 +232,13 @@ impl Blas {
             workspace: DeviceBuf::alloc(WORKSPACE_BYTES)?,
             plans: HashMap::new(),
             families: HashMap::new(),
+            short_probes: HashMap::new(),
+            short_plans: 0,
+            short_scratch: None,
             tune: false,
             reference_tokens: 512,
             long_tokens: vec![2048],
+            short_tokens: 1024,
             capturing: false,
         })
     }
@@ -227,14 +261,15 @@ impl Blas {
         tiers
     }
 
-    /// Families planned so far, and the algorithms for long passes they took, all told.
-    pub fn families(&self) -> (usize, usize) {
+    /// Families planned so far, the algorithms for long passes they took, all told, and the
+    /// short passes planned with a faster algorithm of the same bits.
+    pub fn families(&self) -> (usize, usize, usize) {
         let long = self
             .families
             .values()
             .map(|c| c.long.iter().flatten().count())
             .sum();
-        (self.families.len(), long)
+        (self.families.len(), long, self.short_plans)
     }
 
     /// Whether every GEMM planned so far computes each row independently of its batch mates
@@ -272,6 +307,12 @@ impl Blas {
                 plan.algo = algo;
             } else if self.check(&plan, &choice.algo) {
                 plan.algo = choice.algo;
+                if choice.invariant && s.tokens <= self.short_tokens && !self.capturing {
+                    if let Some(algo) = self.choose_short(s, &plan, &choice.algo, g, stream)? {
+                        plan.algo = algo;
+                        self.short_plans += 1;
+                    }
+                }
             } else {
                 // Another kernel for this token count: correct, but no longer invariant.
                 tracing::warn!(?s, "the family's GEMM algorithm does not run at this token count; requests stop sharing passes");
@@ -482,7 +523,7 @@ impl Blas {
             .iter()
             .map(|&n| Ok((n, self.layouts(shape(n))?)))
             .collect::<Result<Vec<(usize, Plan)>, CudaError>>()?;
-        let probe = Probe::new(family, g)?;
+        let probe = Probe::new(family, g, PROBE_LARGE)?;
         let mut invariant = Vec::new();
         for algo in &candidates {
             let runs = self.check(&small, algo)
@@ -622,19 +663,138 @@ impl Blas {
                 ok &= once().is_ok();
             }
             end.record(stream)?;
-            // SAFETY: a live stream.
-            unsafe { cudarc::driver::result::stream::synchronize(stream) }.map_err(|source| {
-                CudaError::Driver {
-                    what: "cuStreamSynchronize",
-                    source,
-                }
-            })?;
+            sync(stream)?;
             let ms = start.elapsed_ms(&end)?;
             if ok && best.is_none_or(|(b, _)| ms < b) {
                 best = Some((ms, *algo));
             }
         }
         Ok(best.map_or(candidates[0], |(_, a)| a))
+    }
+
+    /// A faster algorithm than `first` for the short pass `s`, of the same bits: the
+    /// heuristic's candidates at `s.tokens` without split-K, timed against `first` with the
+    /// weights out of the L2 cache, the fastest tried first, each taken only if all of its
+    /// output rows equal `first`'s on the family's probe; `None` if none is faster by
+    /// [`SHORT_MARGIN`] and agrees.
+    fn choose_short(
+        &mut self,
+        s: Shape,
+        plan: &Plan,
+        first: &sys::cublasLtMatmulAlgo_t,
+        g: &Gemm,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<Option<sys::cublasLtMatmulAlgo_t>, CudaError> {
+        let family = s.family();
+        let candidates: Vec<sys::cublasLtMatmulAlgo_t> = self
+            .heuristic(plan, true)?
+            .into_iter()
+            .filter(|a| a.data != first.data && self.check(plan, a))
+            .take(SHORT_CANDIDATES)
+            .collect();
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let out_bytes = s.tokens * s.out * 4;
+        if self
+            .short_scratch
+            .as_ref()
+            .is_none_or(|(_, out)| out.bytes() < out_bytes)
+        {
+            self.short_scratch =
+                Some((DeviceBuf::alloc(FLUSH_BYTES)?, DeviceBuf::alloc(out_bytes)?));
+        }
+        if !self.short_probes.contains_key(&family) {
+            let probe = Probe::new(family, g, self.short_tokens.max(s.tokens))?;
+            self.short_probes.insert(family, probe);
+        }
+        let probe = self
+            .short_probes
+            .get(&family)
+            .ok_or_else(|| CudaError::Unavailable("GEMM probe vanished".into()))?;
+        let mut all = vec![*first];
+        all.extend(&candidates);
+        let timed = Gemm {
+            x: probe.x.ptr(),
+            ..*g
+        };
+        let times = self.time_cold(plan, &all, &timed, stream)?;
+        let Some(&base) = times.first() else {
+            return Ok(None);
+        };
+        // (µs, the heuristic's rank, algorithm), fastest first.
+        let mut order: Vec<(f32, usize, sys::cublasLtMatmulAlgo_t)> = times[1..]
+            .iter()
+            .copied()
+            .zip(candidates)
+            .enumerate()
+            .map(|(rank, (us, algo))| (us, rank, algo))
+            .filter(|(us, _, _)| *us < base * SHORT_MARGIN)
+            .collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (us, rank, algo) in order {
+            if probe.agrees(self, first, &algo, plan, s.tokens, stream)? {
+                tracing::debug!(
+                    ?s,
+                    first_us = base,
+                    us,
+                    rank,
+                    "short pass: a faster GEMM algorithm of the same bits"
+                );
+                return Ok(Some(algo));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Each algorithm's median GPU time (µs) over [`SHORT_REPS`] runs of `g`, the L2 cache
+    /// overwritten before each run (a failed run times as infinite). The output goes to
+    /// `short_scratch`.
+    fn time_cold(
+        &self,
+        plan: &Plan,
+        algos: &[sys::cublasLtMatmulAlgo_t],
+        g: &Gemm,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<Vec<f32>, CudaError> {
+        let (flush, scratch) = self
+            .short_scratch
+            .as_ref()
+            .ok_or_else(|| CudaError::Unavailable("no scratch memory for timing".into()))?;
+        gpu::fill(scratch.ptr(), 0, scratch.bytes() / 4, stream)?;
+        let g = Gemm {
+            y: scratch.ptr(),
+            ..*g
+        };
+        // Rounds outermost, so that a drift of the clocks spreads over every candidate.
+        let mut marks = Vec::with_capacity(SHORT_REPS * algos.len());
+        for _ in 0..SHORT_REPS {
+            for algo in algos {
+                gpu::fill(flush.ptr(), 0, FLUSH_BYTES / 4, stream)?;
+                let (start, end) = (Event::new()?, Event::new()?);
+                start.record(stream)?;
+                let ok = self.launch(plan, algo, &g, stream).is_ok();
+                end.record(stream)?;
+                marks.push((start, end, ok));
+            }
+        }
+        sync(stream)?;
+        let mut times = vec![Vec::with_capacity(SHORT_REPS); algos.len()];
+        for (i, (start, end, ok)) in marks.iter().enumerate() {
+            let us = if *ok {
+                start.elapsed_ms(end)? * 1e3
+            } else {
+                f32::INFINITY
+            };
+            times[i % algos.len()].push(us);
+        }
+        Ok(times
+            .into_iter()
+            .map(|mut t| {
+                t.sort_by(f32::total_cmp);
+                t[t.len() / 2]
+            })
+            .collect())
     }
 
     /// Queues one GEMM on `stream`.
@@ -735,9 +895,9 @@ struct Tier {
     tokens: usize,
 }
 
-/// Operands for the invariance check of one family: fixed pseudo-random activations of
-/// [`PROBE_LARGE`] rows, the layer's own weight and bias, and for the residual kinds a
-/// pseudo-random stream to add to.
+/// Operands for the checks of one family: fixed pseudo-random activations of `rows` rows
+/// ([`PROBE_LARGE`] for the invariance check), the layer's own weight and bias, and for the
+/// residual kinds a pseudo-random stream to add to.
 ///
 /// The values use every bit of their mantissas, so that their products' sums round and two
 /// kernels that add up an output in different orders give different bits. (Values on a
@@ -749,14 +909,14 @@ struct Probe {
     w: u64,
     bias: u64,
     out_elem: usize,
-    /// The residual kinds' stream as it starts, [`PROBE_LARGE`] rows of f32 bytes (a row has
-    /// the same values wherever it sits); empty for the kinds that overwrite their output.
+    /// The residual kinds' stream as it starts, `rows` rows of f32 bytes (a row has the same
+    /// values wherever it sits); empty for the kinds that overwrite their output.
     stream: Vec<u8>,
 }
 
 impl Probe {
-    fn new(family: Family, g: &Gemm) -> Result<Probe, CudaError> {
-        let n = PROBE_LARGE * family.inp;
+    fn new(family: Family, g: &Gemm, rows: usize) -> Result<Probe, CudaError> {
+        let n = rows * family.inp;
         let bits: Vec<u16> = (0..n)
             .map(|i| half::f16::from_f32(probe_value(i as u64)).to_bits())
             .collect();
@@ -769,7 +929,7 @@ impl Probe {
         let stream = if family.kind.beta() == 0.0 {
             Vec::new()
         } else {
-            (0..(PROBE_LARGE * family.out) as u64)
+            (0..(rows * family.out) as u64)
                 .flat_map(|i| (4.0 * probe_value(i ^ 0x5eed_0000_0000)).to_ne_bytes())
                 .collect()
         };
@@ -781,6 +941,60 @@ impl Probe {
             out_elem,
             stream,
         })
+    }
+
+    /// The output as it starts for rows `from..from + rows`.
+    fn start(&self, from: usize, rows: usize) -> Result<DeviceBuf, CudaError> {
+        let row_bytes = self.family.out * self.out_elem;
+        if self.stream.is_empty() {
+            DeviceBuf::from_slice(&vec![0u8; rows * row_bytes])
+        } else {
+            DeviceBuf::from_slice(&self.stream[from * row_bytes..(from + rows) * row_bytes])
+        }
+    }
+
+    fn gemm(&self, tokens: usize, x: u64, y: u64) -> Gemm {
+        Gemm {
+            kind: self.family.kind,
+            tokens,
+            out: self.family.out,
+            inp: self.family.inp,
+            x,
+            w: self.w,
+            bias: self.bias,
+            y,
+        }
+    }
+
+    /// Whether `a` and `b` give the same bits in every output of a pass of the first
+    /// `tokens` rows (`plan`'s shape).
+    fn agrees(
+        &self,
+        blas: &Blas,
+        a: &sys::cublasLtMatmulAlgo_t,
+        b: &sys::cublasLtMatmulAlgo_t,
+        plan: &Plan,
+        tokens: usize,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<bool, CudaError> {
+        let (out_a, out_b) = (self.start(0, tokens)?, self.start(0, tokens)?);
+        let ran = blas
+            .launch(
+                plan,
+                a,
+                &self.gemm(tokens, self.x.ptr(), out_a.ptr()),
+                stream,
+            )
+            .and_then(|_| {
+                blas.launch(
+                    plan,
+                    b,
+                    &self.gemm(tokens, self.x.ptr(), out_b.ptr()),
+                    stream,
+                )
+            });
+        sync(stream)?;
+        Ok(ran.is_ok() && read(&out_a)? == read(&out_b)?)
     }
 
     /// Runs `alone` on the first and the last block of rows alone, then `among` on the first
@@ -797,24 +1011,10 @@ impl Probe {
     ) -> Result<bool, CudaError> {
         let f = self.family;
         let row_bytes = f.out * self.out_elem;
-        // Rows `from..from + rows` of the output as it starts.
-        let start = |from: usize, rows: usize| {
-            if self.stream.is_empty() {
-                DeviceBuf::from_slice(&vec![0u8; rows * row_bytes])
-            } else {
-                DeviceBuf::from_slice(&self.stream[from * row_bytes..(from + rows) * row_bytes])
-            }
-        };
-        let gemm = |tokens: usize, x: u64, y: u64| Gemm {
-            kind: f.kind,
-            tokens,
-            out: f.out,
-            inp: f.inp,
-            x,
-            w: self.w,
-            bias: self.bias,
-            y,
-        };
+        let (start, gemm) = (
+            |from, rows| self.start(from, rows),
+            |t, x, y| self.gemm(t, x, y),
+        );
         let offset = PROBE_LARGE - PROBE_SMALL;
         let (head, tail) = (start(0, PROBE_SMALL)?, start(offset, PROBE_SMALL)?);
         let outs = counts
@@ -843,27 +1043,10 @@ impl Probe {
                 )
             });
         }
-        // SAFETY: a live stream.
-        unsafe { cudarc::driver::result::stream::synchronize(stream) }.map_err(|source| {
-            CudaError::Driver {
-                what: "cuStreamSynchronize",
-                source,
-            }
-        })?;
+        sync(stream)?;
         if ran.is_err() {
             return Ok(false);
         }
-        let read = |buf: &DeviceBuf| -> Result<Vec<u8>, CudaError> {
-            let mut host = vec![0u8; buf.bytes()];
-            // SAFETY: `host` has the buffer's size; the stream is idle.
-            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, buf.ptr()) }.map_err(
-                |source| CudaError::Driver {
-                    what: "cuMemcpyDtoH",
-                    source,
-                },
-            )?;
-            Ok(host)
-        };
         let (head, tail) = (read(&head)?, read(&tail)?);
         let block = PROBE_SMALL * row_bytes;
         for ((n, _), out) in counts.iter().zip(&outs) {
@@ -877,6 +1060,30 @@ impl Probe {
         }
         Ok(true)
     }
+}
+
+/// Waits for `stream`.
+fn sync(stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
+    // SAFETY: a live stream.
+    unsafe { cudarc::driver::result::stream::synchronize(stream) }.map_err(|source| {
+        CudaError::Driver {
+            what: "cuStreamSynchronize",
+            source,
+        }
+    })
+}
+
+/// A device buffer's bytes, its stream idle.
+fn read(buf: &DeviceBuf) -> Result<Vec<u8>, CudaError> {
+    let mut host = vec![0u8; buf.bytes()];
+    // SAFETY: `host` has the buffer's size; the caller waited for the stream.
+    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, buf.ptr()) }.map_err(
+        |source| CudaError::Driver {
+            what: "cuMemcpyDtoH",
+            source,
+        },
+    )?;
+    Ok(host)
 }
 
 /// A pseudo-random value in [-1, 1) for index `i`, with all 24 bits of an f32 mantissa

@@ -586,6 +586,14 @@ pub fn copy_out(
         .map_err(drv("cuMemcpyDtoHAsync"))
 }
 
+/// Queues filling `words` 4-byte words at `dst` with `value`.
+pub fn fill(dst: u64, value: u32, words: usize, stream: sys::CUstream) -> Result<(), CudaError> {
+    // SAFETY: the caller's buffer holds at least `words` words.
+    unsafe { sys::cuMemsetD32Async(dst, value, words, stream) }
+        .result()
+        .map_err(drv("cuMemsetD32Async"))
+}
+
 /// A CUDA event that records timing.
 #[derive(Debug)]
 pub struct Event {

@@ -65,6 +65,7 @@ fn f16_answers_within_tolerance() {
     }
 }
 
+/// Also: the short passes' faster GEMM kernels (`gemm_short_tokens`) change no bit.
 #[test]
 fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
     if !gpu() {
@@ -78,6 +79,13 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             ckpt,
             &CudaSettings {
                 graphs: false,
+                ..CudaSettings::default()
+            },
+        );
+        let mut first_gemms = engine(
+            ckpt,
+            &CudaSettings {
+                gemm_short_tokens: 0,
                 ..CudaSettings::default()
             },
         );
@@ -101,6 +109,11 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             assert_eq!(second, third, "{ckpt} pass {i}: replay vs replay");
             let plain = eager.forward.run(rows).expect("forward");
             assert_eq!(first, plain, "{ckpt} pass {i}: graphs vs no graphs");
+            let one_algorithm = first_gemms.forward.run(rows).expect("forward");
+            assert_eq!(
+                first, one_algorithm,
+                "{ckpt} pass {i}: short passes' GEMM kernels vs the first algorithm's"
+            );
             let reference = rows_attention.forward.run(rows).expect("forward");
             worst = worst.max(max_logit_diff(&first, &reference));
         }

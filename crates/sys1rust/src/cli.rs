@@ -221,6 +221,15 @@ pub struct EngineArgs {
         hide = true
     )]
     pub cuda_gemm_large_tokens: Vec<usize>,
+    /// CUDA engine: passes of at most this many tokens take, for each size, the fastest GEMM
+    /// kernels there that give the same bits as the others (0: none).
+    #[arg(
+        long,
+        env = "SYS1_CUDA_GEMM_SMALL_TOKENS",
+        default_value_t = 1024,
+        hide = true
+    )]
+    pub cuda_gemm_small_tokens: usize,
     /// Persistent directory for compiled GPU kernels (serve's --kernel-cache).
     #[arg(skip)]
     pub kernel_cache: Option<PathBuf>,

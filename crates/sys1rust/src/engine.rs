@@ -63,6 +63,7 @@ impl EngineArgs {
             .copied()
             .filter(|&t| t > 0)
             .collect();
+        s.gemm_short_tokens = self.cuda_gemm_small_tokens;
         if self.cuda_attention == CudaAttention::Rows {
             s.attention = laya_cuda::Attention::Rows;
         }
