@@ -58,7 +58,10 @@ pub struct CudaSettings {
     pub gemm_long_tokens: Vec<usize>,
     /// Passes of at most this many tokens take, for each size, the fastest of cuBLASLt's
     /// candidates there that gives every row the bits of the `gemm_tokens` kernels (`gemm.rs`;
-    /// the same answers whichever wins); 0: the `gemm_tokens` kernels.
+    /// the same answers whichever wins); 0, the default: the `gemm_tokens` kernels. Off by
+    /// default: on an H100 it cut one short question's pass by 12-16%, but wrk's p99 at 16
+    /// clients rose from ~8.5 to 13-32 ms while the server's own p99 did not
+    /// (results/GPU.md, not yet explained).
     pub gemm_short_tokens: usize,
 }
 
@@ -73,7 +76,7 @@ impl Default for CudaSettings {
             tune_gemms: false,
             gemm_tokens: 512,
             gemm_long_tokens: vec![2048],
-            gemm_short_tokens: 1024,
+            gemm_short_tokens: 0,
         }
     }
 }
@@ -1108,6 +1111,8 @@ impl Forward for CudaEngine {
             self.prepare(bucket)
                 .map_err(|e| EngineError::backend("cuda", e))?;
         }
+        // From here on requests wait on whatever is planned.
+        self.blas.short_timing = false;
         let (families, long_pass, short_pass) = self.blas.families();
         tracing::info!(
             families,

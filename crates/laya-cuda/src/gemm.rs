@@ -29,7 +29,9 @@
 //! for that very size are timed against the first algorithm with the weights out of the L2
 //! cache, as a forward pass meets them, and the fastest is taken only if it gives, over every
 //! row of a pass of that size, exactly the first algorithm's bits. Timing decides speed only:
-//! whichever candidate wins, the answers are the same bits.
+//! whichever candidate wins, the answers are the same bits. The timing is done while the
+//! engine warms up ([`Blas::short_timing`]); a size first met by traffic after that keeps
+//! the first algorithm rather than hold its request up.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -194,6 +196,9 @@ pub struct Blas {
     /// Passes of at most this many tokens take, for each size, the fastest heuristic
     /// candidate that gives the first algorithm's bits there (0: none do).
     pub short_tokens: usize,
+    /// Whether a short pass planned now may be timed (cleared once a server is warm, so that
+    /// no request waits on timing: a shape first met later keeps the first algorithm).
+    pub short_timing: bool,
     /// Set while a CUDA graph is being captured: nothing may run or synchronise then, so a
     /// family first planned during capture takes the heuristic's pick unverified.
     pub capturing: bool,
@@ -238,7 +243,8 @@ impl Blas {
             tune: false,
             reference_tokens: 512,
             long_tokens: vec![2048],
-            short_tokens: 1024,
+            short_tokens: 0,
+            short_timing: true,
             capturing: false,
         })
     }
@@ -307,7 +313,8 @@ impl Blas {
                 plan.algo = algo;
             } else if self.check(&plan, &choice.algo) {
                 plan.algo = choice.algo;
-                if choice.invariant && s.tokens <= self.short_tokens && !self.capturing {
+                let timed = self.short_timing && !self.capturing;
+                if choice.invariant && s.tokens <= self.short_tokens && timed {
                     if let Some(algo) = self.choose_short(s, &plan, &choice.algo, g, stream)? {
                         plan.algo = algo;
                         self.short_plans += 1;

@@ -222,11 +222,11 @@ pub struct EngineArgs {
     )]
     pub cuda_gemm_large_tokens: Vec<usize>,
     /// CUDA engine: passes of at most this many tokens take, for each size, the fastest GEMM
-    /// kernels there that give the same bits as the others (0: none).
+    /// kernels there that give the same bits as the others, timed while warming up (0: none).
     #[arg(
         long,
         env = "SYS1_CUDA_GEMM_SMALL_TOKENS",
-        default_value_t = 1024,
+        default_value_t = 0,
         hide = true
     )]
     pub cuda_gemm_small_tokens: usize,
