@@ -26,7 +26,7 @@
 #               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS; `T/L` also sets the long
 #               passes' count, SYS1_CUDA_GEMM_LARGE_TOKENS, 0 for none)
 #   ab          the carried baseline binary (bin/sys1rust-base, see carry-cuda.sh; or with
-#               BASE_ENV this tree's binary under those settings) against this tree's in
+#               BASE_ENV this tree's binary under those settings, below) against this tree's in
 #               alternating rounds (AB_ROUNDS, 3): in-process AB_SHAPES and wrk with
 #               s32_q1 and s512_q10 at 16 clients, so a change is judged against what it
 #               replaces on the same machine in the same call. First, smoke's answers served
@@ -191,7 +191,8 @@ server_latency() { # label
       }
       if (t != "") print (n + 0 < 1000 ? "short" : "long"), t
     }' "$RES/serve-$1.log" | sort -k1,1 -k2n | awk '
-    function report() { if (c) printf "%s n=%d p50=%s p99=%s max=%s  ", k, c, v[int(c * 0.5) + 1], v[int(c * 0.99) + 1], v[c] }
+    function rank(p,  i) { i = int(c * p); if (i < c * p) i++; return i < 1 ? 1 : i }
+    function report() { if (c) printf "%s n=%d p50=%s p99=%s max=%s  ", k, c, v[rank(0.5)], v[rank(0.99)], v[c] }
     $1 != k { report(); k = $1; c = 0 }
     { v[++c] = $2 }
     END { report(); print "" }'
@@ -299,11 +300,18 @@ phase_variants() {
 AB_ROUNDS=${AB_ROUNDS:-3}
 AB_SHAPES=${AB_SHAPES:-s128_q1,s512_q1,s256_q10,s512_q10}
 # The binary `ab` calls `name`: this tree's (new) or a carried one (base, mid).
+# BASE_ENV: the baseline is this tree's binary under those settings (a wrapper beside it, so
+# a carried bin/sys1rust-base is left alone), for a change that a setting switches. With the
+# setting exported for `new`: SYS1_CUDA_GEMM_SMALL_TOKENS=1024 BASE_ENV=SYS1_CUDA_GEMM_SMALL_TOKENS=0.
 ab_bin() { # name
-  if [ "$1" = new ]; then echo "$STAGE/bin/sys1rust"; else echo "$STAGE/bin/sys1rust-$1"; fi
+  if [ "$1" = new ]; then
+    echo "$STAGE/bin/sys1rust"
+  elif [ "$1" = base ] && [ -n "${BASE_ENV:-}" ]; then
+    echo "$STAGE/bin/sys1rust-base-env"
+  else
+    echo "$STAGE/bin/sys1rust-$1"
+  fi
 }
-# BASE_ENV (e.g. "SYS1_CUDA_GEMM_SMALL_TOKENS=0"): the baseline is this tree's binary under
-# those settings, for a change that a setting switches off.
 base_from_env() {
   [ -n "${BASE_ENV:-}" ] || return 0
   printf '#!/bin/sh\nexec env %s %s "$@"\n' "$BASE_ENV" "$STAGE/bin/sys1rust" > "$(ab_bin base)"

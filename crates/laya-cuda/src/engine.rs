@@ -58,10 +58,12 @@ pub struct CudaSettings {
     pub gemm_long_tokens: Vec<usize>,
     /// Passes of at most this many tokens take, for each size, the fastest of cuBLASLt's
     /// candidates there that gives every row the bits of the `gemm_tokens` kernels (`gemm.rs`;
-    /// the same answers whichever wins); 0, the default: the `gemm_tokens` kernels. Off by
-    /// default: on an H100 it cut one short question's pass by 12-16%, but wrk's p99 at 16
-    /// clients rose from ~8.5 to 13-32 ms while the server's own p99 did not
-    /// (results/GPU.md, not yet explained).
+    /// the same answers whichever wins); 0, the default: the `gemm_tokens` kernels. Sizes are
+    /// timed when first met until [`crate::CudaEngine`]'s warm-up ends (so in a server only
+    /// with graphs on, whose warm-up runs the ladder's passes); passes that reach a long tier
+    /// take its kernels instead. Off by default: on an H100 it cut one short question's pass
+    /// by 12-16%, but wrk's p99 at 16 clients rose from 8.3-9.9 to 12.8-31.9 ms while the
+    /// server's own p99 did not (results/GPU.md; not yet explained).
     pub gemm_short_tokens: usize,
 }
 
@@ -310,6 +312,12 @@ impl CudaEngine {
     /// Counters since load.
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// GEMM layer shapes planned so far, the long-pass algorithms they took, and the short
+    /// pass sizes that took a faster algorithm of the same bits (`gemm.rs`).
+    pub fn gemm_algorithms(&self) -> (usize, usize, usize) {
+        self.blas.families()
     }
 
     fn check_rows(&self, rows: &[Row]) -> Result<(), ForwardError> {
@@ -1112,7 +1120,7 @@ impl Forward for CudaEngine {
                 .map_err(|e| EngineError::backend("cuda", e))?;
         }
         // From here on requests wait on whatever is planned.
-        self.blas.short_timing = false;
+        self.blas.end_short_timing();
         let (families, long_pass, short_pass) = self.blas.families();
         tracing::info!(
             families,

@@ -29,9 +29,10 @@
 //! for that very size are timed against the first algorithm with the weights out of the L2
 //! cache, as a forward pass meets them, and the fastest is taken only if it gives, over every
 //! row of a pass of that size, exactly the first algorithm's bits. Timing decides speed only:
-//! whichever candidate wins, the answers are the same bits. The timing is done while the
-//! engine warms up ([`Blas::short_timing`]); a size first met by traffic after that keeps
-//! the first algorithm rather than hold its request up.
+//! whichever candidate wins, the answers are the same bits. Sizes are timed when first met
+//! until [`Blas::end_short_timing`], which a server calls when its warm-up ends: a size first
+//! met by traffic after that keeps the first algorithm rather than hold its request up.
+//! Passes that reach a long tier take its algorithm instead.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -181,9 +182,10 @@ pub struct Blas {
     short_probes: HashMap<Family, Probe>,
     /// Short passes planned with an algorithm other than their family's first.
     short_plans: usize,
-    /// Memory the short passes' timing writes: [`FLUSH_BYTES`] to push the weights out of
-    /// the L2 cache, and the timed GEMMs' output (kept, grown as needed).
-    short_scratch: Option<(DeviceBuf, DeviceBuf)>,
+    /// [`FLUSH_BYTES`] the short passes' timing writes to push the weights out of the L2
+    /// cache, and the timed GEMMs' output (grown as needed); both freed when timing ends.
+    short_flush: Option<DeviceBuf>,
+    short_out: Option<DeviceBuf>,
     /// Time the batch-invariant candidates when planning (off: the first of them).
     pub tune: bool,
     /// The token count the heuristic is asked about when a family's algorithm is chosen: the
@@ -196,9 +198,8 @@ pub struct Blas {
     /// Passes of at most this many tokens take, for each size, the fastest heuristic
     /// candidate that gives the first algorithm's bits there (0: none do).
     pub short_tokens: usize,
-    /// Whether a short pass planned now may be timed (cleared once a server is warm, so that
-    /// no request waits on timing: a shape first met later keeps the first algorithm).
-    pub short_timing: bool,
+    /// Whether a short pass planned now may be timed ([`Blas::end_short_timing`]).
+    short_timing: bool,
     /// Set while a CUDA graph is being captured: nothing may run or synchronise then, so a
     /// family first planned during capture takes the heuristic's pick unverified.
     pub capturing: bool,
@@ -239,7 +240,8 @@ impl Blas {
             families: HashMap::new(),
             short_probes: HashMap::new(),
             short_plans: 0,
-            short_scratch: None,
+            short_flush: None,
+            short_out: None,
             tune: false,
             reference_tokens: 512,
             long_tokens: vec![2048],
@@ -265,6 +267,15 @@ impl Blas {
             }
         }
         tiers
+    }
+
+    /// Short passes first met from now on keep their family's first algorithm; the memory
+    /// used for timing is freed.
+    pub fn end_short_timing(&mut self) {
+        self.short_timing = false;
+        self.short_probes.clear();
+        self.short_flush = None;
+        self.short_out = None;
     }
 
     /// Families planned so far, the algorithms for long passes they took, all told, and the
@@ -315,9 +326,15 @@ impl Blas {
                 plan.algo = choice.algo;
                 let timed = self.short_timing && !self.capturing;
                 if choice.invariant && s.tokens <= self.short_tokens && timed {
-                    if let Some(algo) = self.choose_short(s, &plan, &choice.algo, g, stream)? {
-                        plan.algo = algo;
-                        self.short_plans += 1;
+                    match self.choose_short(s, &plan, &choice.algo, g, stream) {
+                        Ok(Some(algo)) => {
+                            plan.algo = algo;
+                            self.short_plans += 1;
+                        }
+                        Ok(None) => {}
+                        // Only speed is at stake: the first algorithm serves this size.
+                        Err(e) => tracing::warn!(?s, error = %e,
+                            "timing GEMM kernels for a short pass failed; it keeps the first algorithm"),
                     }
                 }
             } else {
@@ -702,14 +719,18 @@ impl Blas {
         if candidates.is_empty() {
             return Ok(None);
         }
+        if self.short_flush.is_none() {
+            self.short_flush = Some(DeviceBuf::alloc(FLUSH_BYTES)?);
+        }
+        // f32, the wider of the outputs.
         let out_bytes = s.tokens * s.out * 4;
         if self
-            .short_scratch
+            .short_out
             .as_ref()
-            .is_none_or(|(_, out)| out.bytes() < out_bytes)
+            .is_none_or(|b| b.bytes() < out_bytes)
         {
-            self.short_scratch =
-                Some((DeviceBuf::alloc(FLUSH_BYTES)?, DeviceBuf::alloc(out_bytes)?));
+            self.short_out = None;
+            self.short_out = Some(DeviceBuf::alloc(out_bytes)?);
         }
         if !self.short_probes.contains_key(&family) {
             let probe = Probe::new(family, g, self.short_tokens.max(s.tokens))?;
@@ -756,7 +777,7 @@ impl Blas {
 
     /// Each algorithm's median GPU time (µs) over [`SHORT_REPS`] runs of `g`, the L2 cache
     /// overwritten before each run (a failed run times as infinite). The output goes to
-    /// `short_scratch`.
+    /// `short_out`.
     fn time_cold(
         &self,
         plan: &Plan,
@@ -764,10 +785,11 @@ impl Blas {
         g: &Gemm,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<Vec<f32>, CudaError> {
-        let (flush, scratch) = self
-            .short_scratch
-            .as_ref()
-            .ok_or_else(|| CudaError::Unavailable("no scratch memory for timing".into()))?;
+        let (Some(flush), Some(scratch)) = (&self.short_flush, &self.short_out) else {
+            return Err(CudaError::Unavailable(
+                "no scratch memory for timing".into(),
+            ));
+        };
         gpu::fill(scratch.ptr(), 0, scratch.bytes() / 4, stream)?;
         let g = Gemm {
             y: scratch.ptr(),

@@ -118,6 +118,11 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             let reference = rows_attention.forward.run(rows).expect("forward");
             worst = worst.max(max_logit_diff(&first, &reference));
         }
+        let (families, long, short) = short_gemms.forward.gemm_algorithms();
+        println!(
+            "{ckpt}: {families} GEMM families, {long} long-pass algorithms, {short} short pass \
+             sizes on a timed kernel, all bit-identical to the first algorithm's"
+        );
         let stats = graphs.forward.stats();
         println!(
             "{ckpt}: {} passes; tensor-core vs reference attention: max logit diff {worst:.2e}; {:?}",
