@@ -687,7 +687,7 @@ impl Blas {
                 ok &= once().is_ok();
             }
             end.record(stream)?;
-            sync(stream)?;
+            gpu::sync_stream(stream)?;
             let ms = start.elapsed_ms(&end)?;
             if ok && best.is_none_or(|(b, _)| ms < b) {
                 best = Some((ms, *algo));
@@ -729,6 +729,7 @@ impl Blas {
             .as_ref()
             .is_none_or(|b| b.bytes() < out_bytes)
         {
+            // Freed before the larger one is allocated, so the two are never held together.
             self.short_out = None;
             self.short_out = Some(DeviceBuf::alloc(out_bytes)?);
         }
@@ -747,11 +748,11 @@ impl Blas {
             ..*g
         };
         let times = self.time_cold(plan, &all, &timed, stream)?;
-        let Some(&base) = times.first() else {
+        let Some((&base, rest)) = times.split_first() else {
             return Ok(None);
         };
         // (µs, the heuristic's rank, algorithm), fastest first.
-        let mut order: Vec<(f32, usize, sys::cublasLtMatmulAlgo_t)> = times[1..]
+        let mut order: Vec<(f32, usize, sys::cublasLtMatmulAlgo_t)> = rest
             .iter()
             .copied()
             .zip(candidates)
@@ -807,7 +808,7 @@ impl Blas {
                 marks.push((start, end, ok));
             }
         }
-        sync(stream)?;
+        gpu::sync_stream(stream)?;
         let mut times = vec![Vec::with_capacity(SHORT_REPS); algos.len()];
         for (i, (start, end, ok)) in marks.iter().enumerate() {
             let us = if *ok {
@@ -1022,8 +1023,8 @@ impl Probe {
                     stream,
                 )
             });
-        sync(stream)?;
-        Ok(ran.is_ok() && read(&out_a)? == read(&out_b)?)
+        gpu::sync_stream(stream)?;
+        Ok(ran.is_ok() && out_a.to_host()? == out_b.to_host()?)
     }
 
     /// Runs `alone` on the first and the last block of rows alone, then `among` on the first
@@ -1040,46 +1041,45 @@ impl Probe {
     ) -> Result<bool, CudaError> {
         let f = self.family;
         let row_bytes = f.out * self.out_elem;
-        let (start, gemm) = (
-            |from, rows| self.start(from, rows),
-            |t, x, y| self.gemm(t, x, y),
-        );
         let offset = PROBE_LARGE - PROBE_SMALL;
-        let (head, tail) = (start(0, PROBE_SMALL)?, start(offset, PROBE_SMALL)?);
+        let (head, tail) = (
+            self.start(0, PROBE_SMALL)?,
+            self.start(offset, PROBE_SMALL)?,
+        );
         let outs = counts
             .iter()
-            .map(|(n, _)| start(0, *n))
+            .map(|(n, _)| self.start(0, *n))
             .collect::<Result<Vec<_>, _>>()?;
         // A kernel cuBLASLt refuses for these operands is no candidate.
         let mut ran = blas
             .launch(
                 small,
                 alone,
-                &gemm(PROBE_SMALL, self.x.ptr(), head.ptr()),
+                &self.gemm(PROBE_SMALL, self.x.ptr(), head.ptr()),
                 stream,
             )
             .and_then(|_| {
                 let x = self.x.at(offset * f.inp * 2);
-                blas.launch(small, alone, &gemm(PROBE_SMALL, x, tail.ptr()), stream)
+                blas.launch(small, alone, &self.gemm(PROBE_SMALL, x, tail.ptr()), stream)
             });
         for ((n, plan), out) in counts.iter().zip(&outs) {
             ran = ran.and_then(|_| {
                 blas.launch(
                     plan.borrow(),
                     among,
-                    &gemm(*n, self.x.ptr(), out.ptr()),
+                    &self.gemm(*n, self.x.ptr(), out.ptr()),
                     stream,
                 )
             });
         }
-        sync(stream)?;
+        gpu::sync_stream(stream)?;
         if ran.is_err() {
             return Ok(false);
         }
-        let (head, tail) = (read(&head)?, read(&tail)?);
+        let (head, tail) = (head.to_host()?, tail.to_host()?);
         let block = PROBE_SMALL * row_bytes;
         for ((n, _), out) in counts.iter().zip(&outs) {
-            let all = read(out)?;
+            let all = out.to_host()?;
             if all[..block] != head[..] {
                 return Ok(false);
             }
@@ -1089,30 +1089,6 @@ impl Probe {
         }
         Ok(true)
     }
-}
-
-/// Waits for `stream`.
-fn sync(stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
-    // SAFETY: a live stream.
-    unsafe { cudarc::driver::result::stream::synchronize(stream) }.map_err(|source| {
-        CudaError::Driver {
-            what: "cuStreamSynchronize",
-            source,
-        }
-    })
-}
-
-/// A device buffer's bytes, its stream idle.
-fn read(buf: &DeviceBuf) -> Result<Vec<u8>, CudaError> {
-    let mut host = vec![0u8; buf.bytes()];
-    // SAFETY: `host` has the buffer's size; the caller waited for the stream.
-    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, buf.ptr()) }.map_err(
-        |source| CudaError::Driver {
-            what: "cuMemcpyDtoH",
-            source,
-        },
-    )?;
-    Ok(host)
 }
 
 /// A pseudo-random value in [-1, 1) for index `i`, with all 24 bits of an f32 mantissa

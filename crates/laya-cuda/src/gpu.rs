@@ -271,9 +271,14 @@ impl Gpu {
 
     /// Waits for everything queued on the stream.
     pub fn sync(&self) -> Result<(), CudaError> {
-        // SAFETY: the stream is alive while `self` is.
-        unsafe { result::stream::synchronize(self.stream) }.map_err(drv("cuStreamSynchronize"))
+        sync_stream(self.stream)
     }
+}
+
+/// Waits for everything queued on `stream` (a live stream).
+pub fn sync_stream(stream: sys::CUstream) -> Result<(), CudaError> {
+    // SAFETY: the caller's stream is alive.
+    unsafe { result::stream::synchronize(stream) }.map_err(drv("cuStreamSynchronize"))
 }
 
 impl Drop for Gpu {
@@ -326,6 +331,14 @@ impl DeviceBuf {
     /// Size in bytes.
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// A copy of the contents on the host; whatever writes them must have finished.
+    pub fn to_host(&self) -> Result<Vec<u8>, CudaError> {
+        let mut host = vec![0u8; self.bytes];
+        // SAFETY: `host` has the buffer's size.
+        unsafe { result::memcpy_dtoh_sync(&mut host, self.ptr) }.map_err(drv("cuMemcpyDtoH"))?;
+        Ok(host)
     }
 }
 
