@@ -36,6 +36,8 @@ pub struct Special {
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// `inner` without its normalizer, for ASCII text (see [`Tokenizer::encode`]).
+    ascii: Option<tokenizers::Tokenizer>,
     pub cls: Special,
     pub sep: Special,
     pub mask: Special,
@@ -82,7 +84,13 @@ impl Tokenizer {
                     })?;
                 Ok(Special { text, id })
             };
+        let ascii = ascii_identity(&inner).then(|| {
+            let mut t = inner.clone();
+            t.with_normalizer(None::<tokenizers::NormalizerWrapper>);
+            t
+        });
         Ok(Tokenizer {
+            ascii,
             cls: special("cls", "cls_token", "[CLS]")?,
             sep: special("sep", "sep_token", "[SEP]")?,
             mask: special("mask", "mask_token", "[MASK]")?,
@@ -93,8 +101,11 @@ impl Tokenizer {
 
     /// `tokenizer(text, add_special_tokens=False)["input_ids"]`.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self
-            .inner
+        let tokenizer = match &self.ascii {
+            Some(t) if text.is_ascii() => t,
+            _ => &self.inner,
+        };
+        let enc = tokenizer
             .encode_fast(text, false)
             .map_err(|e| TokenizerError::Encode(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
@@ -113,5 +124,56 @@ impl Tokenizer {
     /// instructions, options and the serialized state, so user text cannot forge a marker.
     pub fn scrub_mask(&self, text: &str) -> String {
         text.replace(&self.mask.text, " ")
+    }
+}
+
+/// Whether the normalizer leaves every ASCII text as it is (NFC, NFD, NFKC, NFKD, or none),
+/// so that skipping it for ASCII input gives the same tokens.
+fn ascii_identity(t: &tokenizers::Tokenizer) -> bool {
+    use tokenizers::normalizers::NormalizerWrapper as N;
+    matches!(
+        t.get_normalizer(),
+        Some(N::NFC(_) | N::NFD(_) | N::NFKC(_) | N::NFKD(_))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ASCII text skips the normalizer; the tokens must be the full pipeline's.
+    #[test]
+    fn ascii_shortcut_gives_the_full_pipelines_tokens() {
+        let dirs = ["tiny", "tiny-english", "tiny-multilingual-shape"].map(|c| {
+            laya_fixtures::fixtures_dir()
+                .join("checkpoints")
+                .join(c)
+                .join("tokenizer")
+        });
+        let texts = [
+            "",
+            " ",
+            "Hello, world!",
+            "  leading and trailing spaces  ",
+            "tabs\tand\nnew\r\nlines",
+            "[MASK] [CLS][SEP] [PAD] mask: [MASK]x",
+            "{\"state\": {\"cart\": [1, 2.50, -3e7], \"user\": null}}",
+            "CamelCase snake_case kebab-case e-mail@example.com http://a.b/c?d=e&f",
+            "'s 't 're 've 'm 'll 'd don't I'M",
+            "0123456789 1,000,000 3.14159 v2.0.1",
+            "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~",
+        ];
+        for dir in &dirs {
+            let t = Tokenizer::load(dir).expect("fixture tokenizer");
+            assert!(t.ascii.is_some(), "{}: NFC, so ASCII may skip it", dir.display());
+            let long = texts.join(" ").repeat(20);
+            for text in texts.iter().copied().chain([long.as_str()]) {
+                let full = t.inner.encode_fast(text, false).expect("encode");
+                assert_eq!(t.encode(text).expect("encode"), full.get_ids(), "{text:?}");
+            }
+            // Text that NFC changes still goes through it: `e` + combining acute is `é`.
+            let composed = t.encode("caf\u{e9}").expect("encode");
+            assert_eq!(t.encode("cafe\u{301}").expect("encode"), composed);
+        }
     }
 }

@@ -6,13 +6,25 @@
 //! is the Alphabetic property, which includes combining vowel signs; Python's `isalpha` is the
 //! `L*` categories only), so none of them is used for a decision here.
 
+use std::sync::OnceLock;
+
 use super::unicode_table::{
     ALPHA, COMBINING, DECIMAL, LATE_LETTER, LOWER, LOWER_MAPS, NUMERIC, RUNS, SPACE, TITLE, UPPER,
 };
 
 /// The flag set of `c` in [`RUNS`].
 fn flags(c: char) -> u16 {
+    // Most text the detector reads is ASCII: a table of it saves the search on every char.
+    static ASCII: OnceLock<[u16; 128]> = OnceLock::new();
     let cp = u32::from(c);
+    match usize::try_from(cp) {
+        Ok(i) if i < 128 => ASCII.get_or_init(|| std::array::from_fn(|i| search(i as u32)))[i],
+        _ => search(cp),
+    }
+}
+
+/// The flag set of code point `cp` in [`RUNS`], by binary search.
+fn search(cp: u32) -> u16 {
     // RUNS[0] starts at 0, so at least one entry is `<= cp` and the index is never below 0.
     let i = RUNS
         .partition_point(|&(start, _)| start <= cp)
