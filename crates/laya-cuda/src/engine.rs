@@ -58,12 +58,12 @@ pub struct CudaSettings {
     pub gemm_long_tokens: Vec<usize>,
     /// Passes of at most this many tokens take, for each size, the fastest of cuBLASLt's
     /// candidates there that gives every row the bits of the `gemm_tokens` kernels (`gemm.rs`;
-    /// the same answers whichever wins); 0, the default: the `gemm_tokens` kernels. Sizes are
-    /// timed when first met until [`crate::CudaEngine`]'s warm-up ends (so in a server only
-    /// with graphs on, whose warm-up runs the ladder's passes); passes that reach a long tier
-    /// take its kernels instead. Off by default: on an H100 it cut one short question's pass
-    /// by 12-16%, but wrk's p99 at 16 clients rose from 8.3-9.9 to 12.8-31.9 ms while the
-    /// server's own p99 did not (results/GPU.md; not yet explained).
+    /// the same answers whichever wins); 0: the `gemm_tokens` kernels for every size. Sizes
+    /// are timed when first met until [`crate::CudaEngine`]'s warm-up ends (so in a server
+    /// only with graphs on, whose warm-up runs the ladder's passes), never while serving, where
+    /// a size's first request would wait for the timing; passes that reach a long tier take
+    /// its kernels instead. On an H100 it cuts one short question's pass by 8-15% and costs
+    /// ~5 s of warm-up (results/GPU.md).
     pub gemm_short_tokens: usize,
 }
 
@@ -78,7 +78,7 @@ impl Default for CudaSettings {
             tune_gemms: false,
             gemm_tokens: 512,
             gemm_long_tokens: vec![2048],
-            gemm_short_tokens: 0,
+            gemm_short_tokens: 1024,
         }
     }
 }
