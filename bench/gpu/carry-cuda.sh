@@ -5,7 +5,8 @@
 #
 #   bench/gpu/carry-cuda.sh [--build]
 #
-# The bundle (~15 MB): bin/{sys1rust,sys1rust-tests,cuda-tests,make-checkpoint,cuda-profile}
+# The bundle (~15 MB): bin/{sys1rust,sys1rust-tests,cuda-tests,make-checkpoint,cuda-profile,
+# decide-host}
 # (stripped; with BASE_BIN=<an earlier build of sys1rust> also bin/sys1rust-base, for
 # cuda.sh's `ab`, with BASE_PROFILE=<that build's cuda-profile> bin/cuda-profile-base, and
 # with MID_BIN=<an intermediate build> bin/sys1rust-mid;
@@ -33,6 +34,7 @@ if [ "${1:-}" = --build ]; then
   cargo build --release -p sys1rust --bins
   cargo build --release -p laya-mlx --example make-checkpoint
   cargo build --release -p laya-cuda --example cuda-profile
+  cargo build --release -p laya-fixtures --example decide-host
 fi
 command -v patchelf >/dev/null || { echo "carry-cuda.sh: needs patchelf" >&2; exit 1; }
 rm -rf "$WORK" && mkdir -p "$WORK/bin" "$WORK/lib" "$WORK/wrk" "$WORK/whl" "$OUTD"
@@ -40,7 +42,8 @@ sys1_tests=$(test_binary sys1rust)
 cuda_tests=$(test_binary laya-cuda)
 pairs=("sys1rust:target/release/sys1rust" "sys1rust-tests:$sys1_tests" "cuda-tests:$cuda_tests"
   "make-checkpoint:target/release/examples/make-checkpoint"
-  "cuda-profile:target/release/examples/cuda-profile")
+  "cuda-profile:target/release/examples/cuda-profile"
+  "decide-host:target/release/examples/decide-host")
 # Builds of other trees for cuda.sh's `ab` and `steps` (BASE_BIN: an earlier commit's
 # sys1rust built the same way, so that a change is measured against what it replaces in the
 # same call).

@@ -14,6 +14,8 @@
 #   shutdowns   SHUTDOWNS (50) SIGTERM shutdowns of `serve --engine cuda`, idle and with
 #               requests in flight: every one must exit 0 with every request answered
 #   engine      `sys1rust bench --engine cuda` in-process: the 12 sizes, RUNS runs each
+#   host        `decide-host`: the host's share of a decision (routing, tokenization, layout,
+#               decoding; no model) on this machine's CPU, for s128_q1 and s512_q10
 #   served      `serve --engine cuda` over HTTP: answers of smoke (for parity), the 12 sizes,
 #               then wrk (carried) for WRK_SECONDS: s32_q1 at 16 clients (defaults), s32_q1 at
 #               64 clients (--max-concurrent 64), s512_q10 at 16 clients; and the same with
@@ -139,6 +141,12 @@ phase_engine() {
   timeout -k 5 200 "$SYS1" bench --model "$CKPT" --engine cuda --workload "$SMOKE" --shapes "$SHAPES" \
     --runs "$RUNS" --warmup "$WARMUP" > "$RES/sys1rust-cuda-inproc.json" 2> "$RES/sys1rust-cuda-inproc.log"
   say "in-process rc $?"
+  pack
+}
+
+phase_host() {
+  timeout -k 5 120 "$STAGE/bin/decide-host" s128_q1 s512_q10 > "$RES/decide-host.jsonl" 2> "$RES/decide-host.log"
+  say "decide-host rc $?: $(tr '\n' ' ' < "$RES/decide-host.jsonl")"
   pack
 }
 
