@@ -27,17 +27,24 @@ impl Bucket {
     /// The smallest bucket that holds `tokens` tokens and `selected` read positions. Tokens
     /// round up to 64 (up to 1,024), to 256 (up to 8,192), then to 1,024: the padding costs at
     /// most a few percent of the GEMM work where the work is large, and nothing measurable
-    /// where it is small (weight reads dominate there).
+    /// where it is small (weight reads dominate there). Read positions round up to a power of
+    /// two from 16 to 256, then to 64: only the head's last layer reads them, a small part of
+    /// a pass, and few classes let the warm-up capture every short bucket a load can meet (a
+    /// bucket first met under traffic runs eagerly and is captured while its requests wait).
     pub fn for_sizes(tokens: usize, selected: usize) -> Bucket {
         let step = match tokens {
             0..=1024 => 64,
             1025..=8192 => 256,
             _ => 1024,
         };
-        let sstep = if selected <= 256 { 16 } else { 64 };
+        let selected = match selected {
+            0..=16 => 16,
+            17..=256 => selected.next_power_of_two(),
+            _ => selected.div_ceil(64) * 64,
+        };
         Bucket {
             tokens: tokens.max(1).div_ceil(step) * step,
-            selected: selected.max(2).div_ceil(sstep) * sstep,
+            selected,
         }
     }
 
@@ -224,6 +231,27 @@ mod tests {
             Bucket {
                 tokens: 6144,
                 selected: 64
+            }
+        );
+        assert_eq!(
+            Bucket::for_sizes(700, 65),
+            Bucket {
+                tokens: 704,
+                selected: 128
+            }
+        );
+        assert_eq!(
+            Bucket::for_sizes(900, 256),
+            Bucket {
+                tokens: 960,
+                selected: 256
+            }
+        );
+        assert_eq!(
+            Bucket::for_sizes(900, 257),
+            Bucket {
+                tokens: 960,
+                selected: 320
             }
         );
         assert_eq!(

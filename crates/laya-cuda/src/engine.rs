@@ -1044,16 +1044,17 @@ impl CudaEngine {
     }
 }
 
-/// The buckets `sys1rust serve` captures before its ready line, smallest first: every token
-/// bucket up to 1,024 (one to several questions on short states) and up to 6,144 (ten
-/// questions on 512-token states) with room for 16, 32 and 64 read positions. Other buckets
-/// are captured on first use.
+/// The buckets `sys1rust serve` captures before its ready line: every bucket of up to 1,024
+/// tokens (one to several questions on short states, alone or batched) with room for up to
+/// 256 read positions but no more than it has tokens, and the token buckets up to 6,144 (ten
+/// questions on 512-token states) with room for 32 and 64. Other buckets are captured on
+/// first use.
 pub fn warm_ladder() -> Vec<Bucket> {
     let mut out = Vec::new();
-    for selected in [16, 32, 64] {
-        let tokens = (1..=16).map(|i| 64 * i);
+    for selected in [16, 32, 64, 128, 256] {
+        let tokens = (1..=16).map(|i| 64 * i).filter(|&t| t >= selected);
         out.extend(tokens.map(|tokens| Bucket { tokens, selected }));
-        if selected > 16 {
+        if matches!(selected, 32 | 64) {
             let tokens = (5..=24).map(|i| 256 * i);
             out.extend(tokens.map(|tokens| Bucket { tokens, selected }));
         }
@@ -1115,7 +1116,22 @@ impl Forward for CudaEngine {
 
     /// Captures the graphs of [`warm_ladder`], so the first requests replay them.
     fn warm(&mut self) -> Result<(), EngineError> {
-        for bucket in warm_ladder() {
+        let ladder = warm_ladder();
+        // The workspace takes its largest size first. Growing it drops every graph captured
+        // on the old buffers: bucket by bucket the ladder would keep only its last few, and a
+        // long pass under traffic would send every short bucket back to a capture while its
+        // requests wait. So: the longest pass, and room for 1,024 read positions (~26 KB
+        // each; ~33 KB a token for `large`, 0.5 GiB at 16,384 tokens).
+        let longest = Bucket::for_sizes(self.settings.max_pass_tokens, 1024);
+        let cap = Bucket {
+            tokens: ladder.iter().map(|b| b.tokens).fold(longest.tokens, usize::max),
+            selected: ladder.iter().map(|b| b.selected).fold(longest.selected, usize::max),
+        };
+        self.gpu
+            .bind()
+            .and_then(|()| self.ensure_capacity(cap))
+            .map_err(|e| EngineError::backend("cuda", e))?;
+        for bucket in ladder {
             self.prepare(bucket)
                 .map_err(|e| EngineError::backend("cuda", e))?;
         }
