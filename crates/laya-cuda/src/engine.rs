@@ -42,7 +42,8 @@ pub struct CudaSettings {
     pub attention: Attention,
     /// Where compiled kernels are cached; `None` compiles at every start.
     pub kernel_cache: Option<PathBuf>,
-    /// Rows are split into passes of at most this many tokens (bounds the activation memory).
+    /// Rows are split into passes of at most this many tokens (bounds the activation memory,
+    /// which the warm-up allocates whole: ~33 KB a token for `large`).
     pub max_pass_tokens: usize,
     /// Time cuBLASLt's batch-invariant candidates for each layer when it is first planned.
     /// Off by default: timing noise can pick another algorithm on another start, and with it
