@@ -165,7 +165,11 @@ mod tests {
         ];
         for dir in &dirs {
             let t = Tokenizer::load(dir).expect("fixture tokenizer");
-            assert!(t.ascii.is_some(), "{}: NFC, so ASCII may skip it", dir.display());
+            assert!(
+                t.ascii.is_some(),
+                "{}: NFC, so ASCII may skip it",
+                dir.display()
+            );
             let long = texts.join(" ").repeat(20);
             for text in texts.iter().copied().chain([long.as_str()]) {
                 let full = t.inner.encode_fast(text, false).expect("encode");

@@ -1125,8 +1125,14 @@ impl Forward for CudaEngine {
         // each; ~33 KB a token for `large`, 0.5 GiB at 16,384 tokens).
         let longest = Bucket::for_sizes(self.settings.max_pass_tokens, 1024);
         let cap = Bucket {
-            tokens: ladder.iter().map(|b| b.tokens).fold(longest.tokens, usize::max),
-            selected: ladder.iter().map(|b| b.selected).fold(longest.selected, usize::max),
+            tokens: ladder
+                .iter()
+                .map(|b| b.tokens)
+                .fold(longest.tokens, usize::max),
+            selected: ladder
+                .iter()
+                .map(|b| b.selected)
+                .fold(longest.selected, usize::max),
         };
         self.gpu
             .bind()
