@@ -183,7 +183,7 @@ impl<F: Forward> Agent<F> {
 
     /// Lays out the rows of every state without running the model (for parity tests and
     /// for callers that batch across requests).
-    pub fn layout<S: Borrow<Value>>(
+    pub fn layout<S: Borrow<Value> + Sync>(
         &self,
         states: &[S],
         questions: &[Question],
@@ -194,7 +194,7 @@ impl<F: Forward> Agent<F> {
 
     /// Upstream `predict_batch`: the same questions over every state, `batch_size` states per
     /// forward pass. An empty question set answers without tokenizing or running the model.
-    pub fn predict_batch<S: Borrow<Value>>(
+    pub fn predict_batch<S: Borrow<Value> + Sync>(
         &mut self,
         states: &[S],
         questions: &[Question],
@@ -355,7 +355,12 @@ fn budget_of(config: &AgentConfig, opts: &BatchOptions) -> Budget {
 
 /// [`Agent::layout`] from the two parts of a checkpoint it needs, which (unlike the engine)
 /// can be shared between threads: every (state, question) row of every state.
-pub fn layout_rows<S: Borrow<Value>>(
+///
+/// The questions' heads and the states are tokenized independently, so with eight questions or
+/// more a second thread tokenizes the heads meanwhile: tokenization is most of a request's
+/// host time, and the heads of ten questions cost about what a 512-token state does. Errors
+/// come in the sequential order all the same: the heads', then each state's in turn.
+pub fn layout_rows<S: Borrow<Value> + Sync>(
     tokenizer: &Tokenizer,
     config: &AgentConfig,
     states: &[S],
@@ -363,31 +368,55 @@ pub fn layout_rows<S: Borrow<Value>>(
     opts: &BatchOptions,
 ) -> Result<Vec<Vec<EncodedRow>>, PredictError> {
     let budget = budget_of(config, opts);
-    let heads = questions
-        .iter()
-        .map(|q| layout::build_head(tokenizer, q, budget.head_max_len))
-        .collect::<Result<Vec<_>, _>>()?;
+    let heads = || {
+        questions
+            .iter()
+            .map(|q| layout::build_head(tokenizer, q, budget.head_max_len))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let encode_states = || {
+        states
+            .iter()
+            .map(|s| tokenizer.encode(&state_text(tokenizer, s.borrow())))
+            .collect::<Vec<_>>()
+    };
+    let (heads, state_ids) = if questions.len() >= 8 {
+        std::thread::scope(|scope| {
+            let heads_job = scope.spawn(heads);
+            let ids = encode_states();
+            match heads_job.join() {
+                Ok(heads) => (heads, ids),
+                // A panic while tokenizing is the caller's panic, as without the thread.
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    } else {
+        (heads(), encode_states())
+    };
+    let heads = heads?;
     states
         .iter()
-        .map(|s| encode_state(tokenizer, s.borrow(), questions, &heads, budget))
+        .zip(state_ids)
+        .map(|(s, ids)| encode_state(tokenizer, s.borrow(), &ids?, questions, &heads, budget))
         .collect()
 }
 
-/// Lays out every (state, question) row of one state (upstream `_encode_state`).
+/// Lays out every (state, question) row of one state, from its tokens (upstream
+/// `_encode_state`).
 fn encode_state(
     tokenizer: &Tokenizer,
     state: &Value,
+    state_ids: &[u32],
     questions: &[Question],
     heads: &[Head],
     budget: Budget,
 ) -> Result<Vec<EncodedRow>, PredictError> {
-    let state_ids = tokenizer.encode(&state_text(tokenizer, state))?;
     let truncate_left = matches!(state, Value::Array(_));
     questions
         .iter()
         .zip(heads)
         .map(|(q, head)| {
-            layout::build_sequence(tokenizer, q, head, &state_ids, truncate_left, budget)
+            layout::build_sequence(tokenizer, q, head, state_ids, truncate_left, budget)
                 .map_err(PredictError::from)
         })
         .collect()
