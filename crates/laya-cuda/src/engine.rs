@@ -396,9 +396,15 @@ impl CudaEngine {
             return Ok(());
         }
         let old = self.work.as_ref().map(|w| w.cap);
+        // Read positions at least double when they grow, so a load that keeps reading more
+        // of them drops the graphs a few times, not at every new size.
+        let selected = match old {
+            Some(c) if bucket.selected > c.selected => bucket.selected.max(2 * c.selected),
+            _ => bucket.selected,
+        };
         let cap = Bucket {
             tokens: bucket.tokens.max(old.map_or(0, |c| c.tokens)),
-            selected: bucket.selected.max(old.map_or(0, |c| c.selected)),
+            selected: selected.max(old.map_or(0, |c| c.selected)),
         };
         // Graphs hold the old buffers' addresses: they go first.
         self.graphs.clear();
@@ -1047,13 +1053,15 @@ impl CudaEngine {
 
 /// The buckets `sys1rust serve` captures before its ready line: every bucket of up to 1,024
 /// tokens (one to several questions on short states, alone or batched) with room for up to
-/// 256 read positions but no more than it has tokens, and the token buckets up to 6,144 (ten
+/// 256 read positions, as many as its tokens can need, and the token buckets up to 6,144 (ten
 /// questions on 512-token states) with room for 32 and 64. Other buckets are captured on
 /// first use.
 pub fn warm_ladder() -> Vec<Bucket> {
     let mut out = Vec::new();
     for selected in [16, 32, 64, 128, 256] {
-        let tokens = (1..=16).map(|i| 64 * i).filter(|&t| t >= selected);
+        let tokens = (1..=16)
+            .map(|i| 64 * i)
+            .filter(|&t: &usize| selected <= t.next_power_of_two());
         out.extend(tokens.map(|tokens| Bucket { tokens, selected }));
         if matches!(selected, 32 | 64) {
             let tokens = (5..=24).map(|i| 256 * i);
@@ -1121,9 +1129,11 @@ impl Forward for CudaEngine {
         // The workspace takes its largest size first. Growing it drops every graph captured
         // on the old buffers: bucket by bucket the ladder would keep only its last few, and a
         // long pass under traffic would send every short bucket back to a capture while its
-        // requests wait. So: the longest pass, and room for 1,024 read positions (~26 KB
-        // each; ~33 KB a token for `large`, 0.5 GiB at 16,384 tokens).
-        let longest = Bucket::for_sizes(self.settings.max_pass_tokens, 1024);
+        // requests wait. So: the longest pass (~33 KB a token for `large`, 0.5 GiB at 16,384
+        // tokens), reading a quarter of its tokens (~26 KB a position, 0.1 GiB); passes of
+        // short rows with many options read about one token in ten.
+        let max_tokens = self.settings.max_pass_tokens;
+        let longest = Bucket::for_sizes(max_tokens, max_tokens / 4);
         let cap = Bucket {
             tokens: ladder
                 .iter()
@@ -1159,5 +1169,29 @@ impl Forward for CudaEngine {
     /// the same bits at other token counts and offsets; the other kernels work row by row.
     fn batch_invariant(&self) -> bool {
         self.blas.batch_invariant()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `prepare` refuses a bucket that `for_sizes` would not give; every short size a pass
+    /// can take is in the ladder.
+    #[test]
+    fn the_warm_ladder_holds_every_short_bucket_and_only_buckets() {
+        let ladder = warm_ladder();
+        for b in &ladder {
+            assert_eq!(Bucket::for_sizes(b.tokens, b.selected), *b);
+        }
+        for tokens in 1..=1024 {
+            for selected in (2..=tokens.min(256)).step_by(7) {
+                let b = Bucket::for_sizes(tokens, selected);
+                assert!(
+                    ladder.contains(&b),
+                    "{tokens} tokens, {selected} read: {b:?}"
+                );
+            }
+        }
     }
 }
