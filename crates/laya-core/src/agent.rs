@@ -183,7 +183,7 @@ impl<F: Forward> Agent<F> {
 
     /// Lays out the rows of every state without running the model (for parity tests and
     /// for callers that batch across requests).
-    pub fn layout<S: Borrow<Value> + Sync>(
+    pub fn layout<S: Borrow<Value>>(
         &self,
         states: &[S],
         questions: &[Question],
@@ -194,7 +194,7 @@ impl<F: Forward> Agent<F> {
 
     /// Upstream `predict_batch`: the same questions over every state, `batch_size` states per
     /// forward pass. An empty question set answers without tokenizing or running the model.
-    pub fn predict_batch<S: Borrow<Value> + Sync>(
+    pub fn predict_batch<S: Borrow<Value>>(
         &mut self,
         states: &[S],
         questions: &[Question],
@@ -360,7 +360,7 @@ fn budget_of(config: &AgentConfig, opts: &BatchOptions) -> Budget {
 /// more a second thread tokenizes the heads meanwhile: tokenization is most of a request's
 /// host time, and the heads of ten questions cost about what a 512-token state does. Errors
 /// come in the sequential order all the same: the heads', then each state's in turn.
-pub fn layout_rows<S: Borrow<Value> + Sync>(
+pub fn layout_rows<S: Borrow<Value>>(
     tokenizer: &Tokenizer,
     config: &AgentConfig,
     states: &[S],
@@ -382,12 +382,14 @@ pub fn layout_rows<S: Borrow<Value> + Sync>(
     };
     let (heads, state_ids) = if questions.len() >= 8 {
         std::thread::scope(|scope| {
-            let heads_job = scope.spawn(heads);
+            // Without a thread (the system has none to give), the heads come after the states.
+            let heads_job = std::thread::Builder::new().spawn_scoped(scope, heads).ok();
             let ids = encode_states();
-            match heads_job.join() {
-                Ok(heads) => (heads, ids),
+            match heads_job.map(|job| job.join()) {
+                Some(Ok(heads)) => (heads, ids),
                 // A panic while tokenizing is the caller's panic, as without the thread.
-                Err(panic) => std::panic::resume_unwind(panic),
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => (heads(), ids),
             }
         })
     } else {
