@@ -198,69 +198,27 @@ mod tests {
 
     #[test]
     fn buckets_round_up_by_size_class() {
-        assert_eq!(
-            Bucket::for_sizes(1, 1),
-            Bucket {
-                tokens: 64,
-                selected: 16
-            }
-        );
-        assert_eq!(
-            Bucket::for_sizes(150, 3),
-            Bucket {
-                tokens: 192,
-                selected: 16
-            }
-        );
-        assert_eq!(
-            Bucket::for_sizes(1024, 17),
-            Bucket {
-                tokens: 1024,
-                selected: 32
-            }
-        );
-        assert_eq!(
-            Bucket::for_sizes(1025, 300),
-            Bucket {
-                tokens: 1280,
-                selected: 320
-            }
-        );
-        assert_eq!(
-            Bucket::for_sizes(5900, 50),
-            Bucket {
-                tokens: 6144,
-                selected: 64
-            }
-        );
-        assert_eq!(
-            Bucket::for_sizes(700, 65),
-            Bucket {
-                tokens: 704,
-                selected: 128
-            }
-        );
-        assert_eq!(
-            Bucket::for_sizes(900, 256),
-            Bucket {
-                tokens: 960,
-                selected: 256
-            }
-        );
-        assert_eq!(
-            Bucket::for_sizes(900, 257),
-            Bucket {
-                tokens: 960,
-                selected: 320
-            }
-        );
-        assert_eq!(
-            Bucket::for_sizes(9000, 2),
-            Bucket {
-                tokens: 9216,
-                selected: 16
-            }
-        );
+        // ((tokens, read positions), (bucket tokens, bucket read positions))
+        for ((tokens, selected), (t, s)) in [
+            ((1, 1), (64, 16)),
+            ((150, 3), (192, 16)),
+            ((1024, 17), (1024, 32)),
+            ((1025, 300), (1280, 320)),
+            ((5900, 50), (6144, 64)),
+            ((700, 65), (704, 128)),
+            ((900, 256), (960, 256)),
+            ((900, 257), (960, 320)),
+            ((9000, 2), (9216, 16)),
+        ] {
+            assert_eq!(
+                Bucket::for_sizes(tokens, selected),
+                Bucket {
+                    tokens: t,
+                    selected: s
+                },
+                "{tokens} tokens, {selected} read positions"
+            );
+        }
     }
 
     #[test]
