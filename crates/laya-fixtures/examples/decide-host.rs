@@ -6,7 +6,7 @@
 //! ```text
 //! decide-host [SHAPE ...]     (default s128_q1 s512_q10; RUNS, default 2000)
 //! ```
-//! Requests are smoke's (`s128_q1_*` …), parsed once ahead; the fixture checkpoint `tiny`
+//! Requests are smoke's (`s128_q1_*` …) that pass validation, parsed once ahead; the fixture checkpoint `tiny`
 //! has the real ModernBERT tokenizer, so its tokenization costs what the real checkpoints' do.
 
 use std::time::Instant;
@@ -14,10 +14,8 @@ use std::time::Instant;
 use laya_core::agent::Agent;
 use laya_core::checkpoints::Single;
 use laya_core::decide::{decide, Decision, Settings};
-use laya_core::request::{parse_decision, Limits};
 use laya_core::routing::RoutingConfig;
-use laya_fixtures::{fixtures_dir, Recorded};
-use pyjson::Value;
+use laya_fixtures::{fixture_workload, fixtures_dir, workload_decisions, Recorded};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut shapes: Vec<String> = std::env::args().skip(1).collect();
@@ -37,32 +35,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tournament_group: 0,
         pass_tokens: 0,
     };
-    let workload = std::fs::read_to_string(fixtures_dir().join("workloads/smoke.jsonl"))?;
+    let smoke = workload_decisions(&fixture_workload("smoke"), &routing);
     for shape in &shapes {
         let prefix = format!("{shape}_");
-        let mut requests = Vec::new();
-        for line in workload.lines() {
-            let Value::Object(o) = pyjson::loads(line.as_bytes())?.value else {
-                continue;
-            };
-            let id = o.get("id").and_then(Value::as_str).unwrap_or_default();
-            let (true, Some(body)) = (id.starts_with(&prefix), o.get("body")) else {
-                continue;
-            };
-            let body = pyjson::dumps_spaced(body).into_bytes();
-            requests.push(Decision::from(parse_decision(
-                &body,
-                &Limits::default(),
-                &routing,
-            )?));
-        }
+        let requests: Vec<&Decision> = smoke
+            .iter()
+            .filter(|(id, _)| id.starts_with(&prefix))
+            .map(|(_, d)| d)
+            .collect();
         if requests.is_empty() {
             return Err(format!("no request of shape {shape} in smoke").into());
         }
         let mut times = Vec::with_capacity(runs);
         for i in 0..runs.max(1) {
             let t = Instant::now();
-            let decided = decide(&mut checkpoints, &settings, &requests[i % requests.len()])?;
+            let decided = decide(&mut checkpoints, &settings, requests[i % requests.len()])?;
             times.push(t.elapsed().as_secs_f64() * 1e6);
             std::hint::black_box(decided);
         }
