@@ -4,9 +4,14 @@
 //! Every call encodes with `add_special_tokens=False`, as upstream's `encode_text` does; the
 //! `[CLS]`/`[SEP]`/`[MASK]` ids are placed by the sequence layout, not by the tokenizer.
 
+mod byte_bpe;
+
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
+
+use byte_bpe::ByteBpe;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
@@ -38,6 +43,8 @@ pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     /// `inner` without its normalizer, for ASCII text (see [`Tokenizer::encode`]).
     ascii: Option<tokenizers::Tokenizer>,
+    /// Byte-level BPE done here, for ASCII text without added tokens (see [`byte_bpe`]).
+    fast: Option<Arc<ByteBpe>>,
     pub cls: Special,
     pub sep: Special,
     pub mask: Special,
@@ -89,8 +96,10 @@ impl Tokenizer {
             t.with_normalizer(None::<tokenizers::NormalizerWrapper>);
             t
         });
+        let fast = ByteBpe::of(&inner).map(Arc::new);
         Ok(Tokenizer {
             ascii,
+            fast,
             cls: special("cls", "cls_token", "[CLS]")?,
             sep: special("sep", "sep_token", "[SEP]")?,
             mask: special("mask", "mask_token", "[MASK]")?,
@@ -101,6 +110,9 @@ impl Tokenizer {
 
     /// `tokenizer(text, add_special_tokens=False)["input_ids"]`.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        if let Some(ids) = self.fast.as_ref().and_then(|f| f.encode(text)) {
+            return Ok(ids);
+        }
         let tokenizer = match &self.ascii {
             Some(t) if text.is_ascii() => t,
             _ => &self.inner,
@@ -179,6 +191,99 @@ mod tests {
             // Text that NFC changes still goes through it: `e` + combining acute is `é`.
             let composed = t.encode("caf\u{e9}").expect("encode");
             assert_eq!(t.encode("cafe\u{301}").expect("encode"), composed);
+        }
+    }
+
+    /// The fixture tokenizers' texts: the hand-picked ones, every line of every workload
+    /// (JSON like the states upstream serializes) and random ASCII, heavy in what the split
+    /// pattern turns on (apostrophes, spaces, controls, digits next to letters).
+    fn sample_texts() -> Vec<String> {
+        let mut texts: Vec<String> = [
+            "",
+            " ",
+            "a",
+            "Hello, world!",
+            "don't I'M we're they've I'd you'll 's",
+            "tabs\tand\nnew\r\nlines\x0b\x0c end",
+            " \nx 12 ?! a\n\nb",
+            "{\"cart\": [1, 2.50, -3e7], \"user\": null, \"ok\": true}",
+            "CamelCase snake_case e-mail@example.com http://a.b/c?d=e&f",
+            "\x00\x01\x1c\x1f\x7f controls",
+        ]
+        .map(String::from)
+        .to_vec();
+        let workloads = laya_fixtures::fixtures_dir().join("workloads");
+        let mut files: Vec<_> = std::fs::read_dir(&workloads)
+            .expect("fixture workloads")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        files.sort();
+        for file in files {
+            let body = std::fs::read_to_string(&file).expect("workload");
+            texts.extend(body.lines().map(String::from));
+        }
+        // A fixed xorshift stream: the same texts on every run.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let pieces: [&str; 14] = [
+            "'", "s", "t", "re", "ve", "m", "ll", "d", " ", "\n", "x", "Q", "7", "-",
+        ];
+        for _ in 0..20_000 {
+            let len = (next() % 48) as usize;
+            let mut t = String::new();
+            for _ in 0..len {
+                let r = next();
+                if r % 3 == 0 {
+                    t.push_str(pieces[(r / 3 % pieces.len() as u64) as usize]);
+                } else {
+                    t.push(char::from((r / 3 % 128) as u8));
+                }
+            }
+            texts.push(t);
+        }
+        texts
+    }
+
+    /// The byte-level fast path gives `tokenizers`' ids wherever it answers, and answers for
+    /// most text.
+    #[test]
+    fn fast_path_gives_the_full_pipelines_tokens() {
+        let texts = sample_texts();
+        for c in ["tiny", "tiny-english", "tiny-multilingual-shape"] {
+            let dir = laya_fixtures::fixtures_dir()
+                .join("checkpoints")
+                .join(c)
+                .join("tokenizer");
+            let t = Tokenizer::load(&dir).expect("fixture tokenizer");
+            let fast = t
+                .fast
+                .as_ref()
+                .expect("a byte-level BPE tokenizer gets the fast path");
+            let mut answered = 0;
+            for text in &texts {
+                let Some(ids) = fast.encode(text) else {
+                    continue;
+                };
+                answered += 1;
+                let full = t.inner.encode_fast(text.as_str(), false).expect("encode");
+                assert_eq!(ids, full.get_ids(), "{c}: {text:?}");
+                // The second time comes from the cache.
+                assert_eq!(fast.encode(text), Some(ids), "{c}: {text:?} cached");
+            }
+            assert!(
+                answered * 2 > texts.len(),
+                "{c}: the fast path answered {answered} of {} texts",
+                texts.len()
+            );
+            // Added tokens and non-ASCII text go through `tokenizers`.
+            for text in ["a [MASK] b", "two  spaces", "caf\u{e9}"] {
+                assert!(fast.encode(text).is_none(), "{text:?}");
+            }
         }
     }
 }

@@ -1,0 +1,314 @@
+//! Byte-level BPE for ASCII text, without `tokenizers`' offset bookkeeping.
+//!
+//! `tokenizers` keeps every piece of the text aligned with the original, allocating for each
+//! piece and each character; on a state of 512 tokens that was most of a decision's host time.
+//! Nothing here reads offsets (upstream keeps only `input_ids`). So for a tokenizer whose
+//! pipeline this module reproduces exactly (checked by [`ByteBpe::of`]: a normalizer that
+//! leaves ASCII as it is, the GPT-2 `ByteLevel` split without a prefix space, BPE without
+//! dropout, prefix or suffix, no truncation or padding), ASCII text in which no added token
+//! occurs is split, mapped to bytes' symbols and merged here, with `tokenizers`' own merge
+//! order. Any other text goes through `tokenizers`. The tests compare the two on the fixture
+//! tokenizers over hand-picked, workload and random text.
+
+use std::collections::BinaryHeap;
+use std::sync::RwLock;
+
+use aho_corasick::AhoCorasick;
+use rustc_hash::FxHashMap;
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::ModelWrapper;
+
+/// Words cached, and the longest one cached (in bytes): `tokenizers`' own BPE cache bounds.
+const CACHE_WORDS: usize = 10_000;
+const CACHE_WORD_BYTES: usize = 256;
+
+/// A piece of the split (its bytes) → its ids.
+type WordCache = FxHashMap<Box<[u8]>, Box<[u32]>>;
+
+pub(super) struct ByteBpe {
+    /// The id of each ASCII byte's one-symbol token, where byte-level BPE starts.
+    byte_ids: [u32; 128],
+    /// `(left, right)` → `(rank, merged)`.
+    merges: FxHashMap<(u32, u32), (u32, u32)>,
+    /// Every added token's text: text holding one is split on it first, by `tokenizers`.
+    added: AhoCorasick,
+    cache: RwLock<WordCache>,
+}
+
+impl std::fmt::Debug for ByteBpe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByteBpe")
+            .field("merges", &self.merges.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ByteBpe {
+    /// The fast path for `t`, or `None` where its pipeline is not the one this module
+    /// reproduces.
+    pub(super) fn of(t: &tokenizers::Tokenizer) -> Option<ByteBpe> {
+        let normalizer_keeps_ascii = matches!(
+            t.get_normalizer(),
+            None | Some(
+                NormalizerWrapper::NFC(_)
+                    | NormalizerWrapper::NFD(_)
+                    | NormalizerWrapper::NFKC(_)
+                    | NormalizerWrapper::NFKD(_)
+            )
+        );
+        let gpt2_split = matches!(
+            t.get_pre_tokenizer(),
+            Some(PreTokenizerWrapper::ByteLevel(b)) if b.use_regex && !b.add_prefix_space
+        );
+        let ModelWrapper::BPE(bpe) = t.get_model() else {
+            return None;
+        };
+        let plain_bpe = matches!(bpe.dropout, None | Some(0.0))
+            && bpe.continuing_subword_prefix.is_none()
+            && bpe.end_of_word_suffix.is_none()
+            && !bpe.ignore_merges;
+        if !(normalizer_keeps_ascii
+            && gpt2_split
+            && plain_bpe
+            && t.get_truncation().is_none()
+            && t.get_padding().is_none())
+        {
+            return None;
+        }
+        let vocab = bpe.get_vocab();
+        let mut byte_ids = [0u32; 128];
+        for (b, id) in byte_ids.iter_mut().enumerate() {
+            *id = *vocab.get(byte_symbol(b as u8).encode_utf8(&mut [0; 4]))?;
+        }
+        // The merges in rank order, as the model serializes them.
+        let model = serde_json::to_value(bpe).ok()?;
+        let listed = model.get("merges")?.as_array()?;
+        let mut merges = FxHashMap::default();
+        merges.reserve(listed.len());
+        for (rank, pair) in listed.iter().enumerate() {
+            let (a, b) = match pair {
+                serde_json::Value::Array(p) if p.len() == 2 => (p[0].as_str()?, p[1].as_str()?),
+                serde_json::Value::String(s) => s.split_once(' ')?,
+                _ => return None,
+            };
+            let merged = *vocab.get(&format!("{a}{b}"))?;
+            let key = (*vocab.get(a)?, *vocab.get(b)?);
+            merges
+                .entry(key)
+                .or_insert((u32::try_from(rank).ok()?, merged));
+        }
+        let added: Vec<String> = t
+            .get_added_tokens_decoder()
+            .into_values()
+            .map(|tok| tok.content)
+            .filter(|c| !c.is_empty())
+            .collect();
+        let added = AhoCorasick::new(&added).ok()?;
+        Some(ByteBpe {
+            byte_ids,
+            merges,
+            added,
+            cache: RwLock::new(WordCache::default()),
+        })
+    }
+
+    /// The ids of `text`, or `None` when it is not ASCII or holds an added token.
+    pub(super) fn encode(&self, text: &str) -> Option<Vec<u32>> {
+        let bytes = text.as_bytes();
+        if !text.is_ascii() || self.added.is_match(bytes) {
+            return None;
+        }
+        let mut ids = Vec::with_capacity(bytes.len() / 3 + 1);
+        let mut at = 0;
+        while at < bytes.len() {
+            let end = piece_end(bytes, at);
+            self.word(&bytes[at..end], &mut ids);
+            at = end;
+        }
+        Some(ids)
+    }
+
+    /// Appends the ids of one piece of the split.
+    fn word(&self, word: &[u8], out: &mut Vec<u32>) {
+        if let Ok(cache) = self.cache.read() {
+            if let Some(ids) = cache.get(word) {
+                out.extend_from_slice(ids);
+                return;
+            }
+        }
+        let start = out.len();
+        self.merge(word, out);
+        if word.len() < CACHE_WORD_BYTES {
+            // As in `tokenizers`: a busy or full cache is skipped, not waited for.
+            if let Ok(mut cache) = self.cache.try_write() {
+                if cache.len() < CACHE_WORDS {
+                    cache.insert(word.into(), out[start..].into());
+                }
+            }
+        }
+    }
+
+    /// `tokenizers`' `Word::merge_all`: the lowest-ranked adjacent pair first, the leftmost
+    /// of equal ranks, with stale queue entries recognised the same way, so the same merges
+    /// happen in the same order.
+    fn merge(&self, word: &[u8], out: &mut Vec<u32>) {
+        #[derive(Clone, Copy)]
+        struct Symbol {
+            id: u32,
+            prev: usize,
+            next: usize,
+            gone: bool,
+        }
+        const NONE: usize = usize::MAX;
+        let n = word.len();
+        let mut symbols: Vec<Symbol> = word
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| Symbol {
+                id: self.byte_ids[usize::from(b)],
+                prev: if i == 0 { NONE } else { i - 1 },
+                next: if i + 1 == n { NONE } else { i + 1 },
+                gone: false,
+            })
+            .collect();
+        // Max-heap of (lowest rank, then lowest position) first.
+        let mut queue: BinaryHeap<(std::cmp::Reverse<(u32, usize)>, u32)> = symbols
+            .windows(2)
+            .enumerate()
+            .filter_map(|(pos, w)| {
+                let &(rank, merged) = self.merges.get(&(w[0].id, w[1].id))?;
+                Some((std::cmp::Reverse((rank, pos)), merged))
+            })
+            .collect();
+        while let Some((std::cmp::Reverse((_, pos)), merged)) = queue.pop() {
+            let left = symbols[pos];
+            if left.gone || left.next == NONE {
+                continue;
+            }
+            let right = symbols[left.next];
+            match self.merges.get(&(left.id, right.id)) {
+                Some(&(_, m)) if m == merged => {}
+                _ => continue,
+            }
+            symbols[pos].id = merged;
+            symbols[pos].next = right.next;
+            symbols[left.next].gone = true;
+            if right.next != NONE {
+                symbols[right.next].prev = pos;
+            }
+            let current = symbols[pos];
+            if current.prev != NONE {
+                let prev = symbols[current.prev];
+                if let Some(&(rank, m)) = self.merges.get(&(prev.id, current.id)) {
+                    queue.push((std::cmp::Reverse((rank, current.prev)), m));
+                }
+            }
+            if current.next != NONE {
+                let next = symbols[current.next];
+                if let Some(&(rank, m)) = self.merges.get(&(current.id, next.id)) {
+                    queue.push((std::cmp::Reverse((rank, pos)), m));
+                }
+            }
+        }
+        out.extend(symbols.iter().filter(|s| !s.gone).map(|s| s.id));
+    }
+}
+
+/// GPT-2's byte-to-character map for ASCII: printable bytes stand for themselves, the others
+/// (controls, space, DEL) take the characters from U+0100 on, in byte order.
+fn byte_symbol(b: u8) -> char {
+    match b {
+        b'!'..=b'~' => char::from(b),
+        0..=b' ' => char::from_u32(0x100 + u32::from(b)).unwrap_or('\0'),
+        _ => '\u{121}',
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Letter,
+    Digit,
+    Space,
+    Other,
+}
+
+/// The pre-tokenizer's classes (`\p{L}`, `\p{N}`, `\s`) on ASCII, as Oniguruma reads them.
+fn class(b: u8) -> Class {
+    match b {
+        b'a'..=b'z' | b'A'..=b'Z' => Class::Letter,
+        b'0'..=b'9' => Class::Digit,
+        b'\t'..=b'\r' | b' ' => Class::Space,
+        _ => Class::Other,
+    }
+}
+
+/// The end of the piece that starts at `at`: the first alternative of
+/// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` that
+/// matches there. Every byte is in one of the classes, so a piece starts wherever the last
+/// one ended.
+fn piece_end(b: &[u8], at: usize) -> usize {
+    if b[at] == b'\'' {
+        for tail in [&b"s"[..], b"t", b"re", b"ve", b"m", b"ll", b"d"] {
+            if b[at + 1..].starts_with(tail) {
+                return at + 1 + tail.len();
+            }
+        }
+    }
+    // ` ?X+`: the optional space, then a run of one class. Without the space no branch can
+    // start on one, so a space not followed by such a run falls to the whitespace branches.
+    let run = if b[at] == b' ' { at + 1 } else { at };
+    if let Some(&first) = b.get(run) {
+        let c = class(first);
+        if c != Class::Space {
+            let len = b[run..].iter().take_while(|&&x| class(x) == c).count();
+            return run + len;
+        }
+    }
+    let len = b[at..]
+        .iter()
+        .take_while(|&&x| class(x) == Class::Space)
+        .count();
+    let end = at + len;
+    // `\s+(?!\S)` gives back the last space when a non-space follows; `\s+` takes a lone one.
+    if end < b.len() && len >= 2 {
+        end - 1
+    } else {
+        end
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_symbols_are_gpt2s() {
+        assert_eq!(byte_symbol(b' '), '\u{120}');
+        assert_eq!(byte_symbol(b'\n'), '\u{10a}');
+        assert_eq!(byte_symbol(0), '\u{100}');
+        assert_eq!(byte_symbol(0x7f), '\u{121}');
+        assert_eq!(byte_symbol(b'a'), 'a');
+    }
+
+    #[test]
+    fn pieces_follow_the_split_pattern() {
+        fn split(s: &str) -> Vec<&str> {
+            let b = s.as_bytes();
+            let mut out = Vec::new();
+            let mut at = 0;
+            while at < b.len() {
+                let end = piece_end(b, at);
+                out.push(&s[at..end]);
+                at = end;
+            }
+            out
+        }
+        assert_eq!(split("don't I'M"), ["don", "'t", " I", "'", "M"]);
+        assert_eq!(
+            split("a  b\n\nc  "),
+            ["a", " ", " b", "\n", "\n", "c", "  "]
+        );
+        assert_eq!(split(" \nx 12 ?!"), [" ", "\n", "x", " 12", " ?!"]);
+    }
+}
