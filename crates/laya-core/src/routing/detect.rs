@@ -7,7 +7,8 @@
 //! ([`super::text`]), the same thresholds, orderings and tie-breaks, and the same float
 //! arithmetic (`round(x, 4)`, banker's rounding of counts).
 
-use std::collections::{HashMap, HashSet};
+// Fx hashing: the lists are looked up once per distinct word of every state routed.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::OnceLock;
 
 use super::text::{
@@ -79,7 +80,7 @@ const EN: usize = 0;
 fn lexicon() -> &'static Lexicon {
     static LEX: OnceLock<Lexicon> = OnceLock::new();
     LEX.get_or_init(|| {
-        let mut langs_of: HashMap<&'static str, u16> = HashMap::new();
+        let mut langs_of: HashMap<&'static str, u16> = HashMap::default();
         for (i, (_, list)) in STOP.iter().enumerate() {
             for &w in list.iter() {
                 *langs_of.entry(w).or_insert(0) |= 1 << i;
@@ -361,11 +362,13 @@ fn latin_profile(text: &str) -> LatinProfile {
         };
     }
 
-    let mut counts: HashMap<&str, usize> = HashMap::new();
+    let mut counts: HashMap<&str, usize> = HashMap::default();
     for w in &words {
         *counts.entry(w).or_insert(0) += 1;
     }
     let mut scores = [0usize; STOP.len()];
+    // Bit `i`: some distinct word is in `STOP[i]` and no other list.
+    let mut evidenced = 0u16;
     for (w, n) in &counts {
         let Some(&mask) = lex.langs_of.get(w) else {
             continue;
@@ -376,15 +379,15 @@ fn latin_profile(text: &str) -> LatinProfile {
                 *score += hit;
             }
         }
+        if !lex.shared.contains(w) {
+            evidenced |= mask;
+        }
     }
     let en = scores[EN];
     // Only a language with a word no other list claims may be named; the first highest wins.
     let mut best: Option<(usize, usize)> = None;
     for (i, &score) in scores.iter().enumerate().skip(1) {
-        let evidenced = distinct
-            .iter()
-            .any(|w| in_list(i, w) && !lex.shared.contains(w));
-        if evidenced && best.is_none_or(|(_, b)| score > b) {
+        if evidenced & (1 << i) != 0 && best.is_none_or(|(_, b)| score > b) {
             best = Some((i, score));
         }
     }

@@ -116,6 +116,9 @@ pub(super) fn py_split(s: &str) -> impl Iterator<Item = &str> {
 /// a word end becomes `ς`, not `σ`) is not reproduced: both are letters of the same length
 /// and neither is in any word list or the diacritic set, so no detection outcome can differ.
 pub(super) fn py_lower(s: &str) -> String {
+    if s.is_ascii() {
+        return s.to_ascii_lowercase();
+    }
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if has(c, LOWER_MAPS) {
