@@ -356,10 +356,8 @@ fn budget_of(config: &AgentConfig, opts: &BatchOptions) -> Budget {
 /// [`Agent::layout`] from the two parts of a checkpoint it needs, which (unlike the engine)
 /// can be shared between threads: every (state, question) row of every state.
 ///
-/// The questions' heads and the states are tokenized independently, so with eight questions or
-/// more a second thread tokenizes the heads meanwhile: tokenization is most of a request's
-/// host time, and the heads of ten questions cost about what a 512-token state does. Errors
-/// come in the sequential order all the same: the heads', then each state's in turn.
+/// All on the calling thread: with ASCII text on the byte-level fast path, ten questions' heads
+/// tokenize in less time than a thread takes to start.
 pub fn layout_rows<S: Borrow<Value>>(
     tokenizer: &Tokenizer,
     config: &AgentConfig,
@@ -368,34 +366,14 @@ pub fn layout_rows<S: Borrow<Value>>(
     opts: &BatchOptions,
 ) -> Result<Vec<Vec<EncodedRow>>, PredictError> {
     let budget = budget_of(config, opts);
-    let heads = || {
-        questions
-            .iter()
-            .map(|q| layout::build_head(tokenizer, q, budget.head_max_len))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    let encode_states = || {
-        states
-            .iter()
-            .map(|s| tokenizer.encode(&state_text(tokenizer, s.borrow())))
-            .collect::<Vec<_>>()
-    };
-    let (heads, state_ids) = if questions.len() >= 8 {
-        std::thread::scope(|scope| {
-            // Without a thread (the system has none to give), the heads come after the states.
-            let heads_job = std::thread::Builder::new().spawn_scoped(scope, heads).ok();
-            let ids = encode_states();
-            match heads_job.map(|job| job.join()) {
-                Some(Ok(heads)) => (heads, ids),
-                // A panic while tokenizing is the caller's panic, as without the thread.
-                Some(Err(panic)) => std::panic::resume_unwind(panic),
-                None => (heads(), ids),
-            }
-        })
-    } else {
-        (heads(), encode_states())
-    };
-    let heads = heads?;
+    let heads = questions
+        .iter()
+        .map(|q| layout::build_head(tokenizer, q, budget.head_max_len))
+        .collect::<Result<Vec<_>, _>>()?;
+    let state_ids: Vec<_> = states
+        .iter()
+        .map(|s| tokenizer.encode(&state_text(tokenizer, s.borrow())))
+        .collect();
     states
         .iter()
         .zip(state_ids)
