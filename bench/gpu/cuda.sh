@@ -15,8 +15,8 @@
 #               requests in flight: every one must exit 0 with every request answered
 #   engine      `sys1rust bench --engine cuda` in-process: the 12 sizes, RUNS runs each
 #   host        `decide-host`: the host's share of a decision (routing, tokenization, layout,
-#               decoding; no model) on this machine's CPU, for s128_q1 and s512_q10
-#               (HOST_RUNS runs each, 2000)
+#               decoding; no model) on this machine's CPU, for HOST_SHAPES (default s64_q1
+#               s128_q1 s256_q1 s512_q1 s512_q4 s512_q10; HOST_RUNS runs each, 2000)
 #   served      `serve --engine cuda` over HTTP: answers of smoke (for parity), the 12 sizes,
 #               then wrk (carried) for WRK_SECONDS: s32_q1 at 16 clients (defaults), s32_q1 at
 #               64 clients (--max-concurrent 64), s512_q10 at 16 clients; and the same with
@@ -146,7 +146,9 @@ phase_engine() {
 }
 
 phase_host() {
-  RUNS=${HOST_RUNS:-2000} timeout -k 5 120 "$STAGE/bin/decide-host" s128_q1 s512_q10 > "$RES/decide-host.jsonl" 2> "$RES/decide-host.log"
+  # shellcheck disable=SC2086 # HOST_SHAPES is a list of shape names
+  RUNS=${HOST_RUNS:-2000} timeout -k 5 120 "$STAGE/bin/decide-host" \
+    ${HOST_SHAPES:-s64_q1 s128_q1 s256_q1 s512_q1 s512_q4 s512_q10} > "$RES/decide-host.jsonl" 2> "$RES/decide-host.log"
   say "decide-host rc $?: $(tr '\n' ' ' < "$RES/decide-host.jsonl")"
   pack
 }
