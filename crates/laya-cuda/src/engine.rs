@@ -62,9 +62,9 @@ pub struct CudaSettings {
     /// the same answers whichever wins); 0: the `gemm_tokens` kernels for every size. Sizes
     /// are timed when first met until [`crate::CudaEngine`]'s warm-up ends (so in a server
     /// only with graphs on, whose warm-up runs the ladder's passes), never while serving, where
-    /// a size's first request would wait for the timing; passes that reach a long tier take
-    /// its kernels instead. On an H100 it cuts one short question's pass by 8-15% and costs
-    /// ~5 s of warm-up (results/GPU.md).
+    /// a size's first request would wait for the timing; passes that reach a long tier are
+    /// timed against its kernels, whose bits they must give. On an H100 it cuts one short
+    /// question's pass by 8-15% and costs ~5 s of warm-up (results/GPU.md).
     pub gemm_short_tokens: usize,
 }
 
@@ -79,7 +79,7 @@ impl Default for CudaSettings {
             tune_gemms: false,
             gemm_tokens: 512,
             gemm_long_tokens: vec![2048],
-            gemm_short_tokens: 1024,
+            gemm_short_tokens: 6144,
         }
     }
 }

@@ -32,7 +32,8 @@
 //! whichever candidate wins, the answers are the same bits. Sizes are timed when first met
 //! until [`Blas::end_short_timing`], which a server calls when its warm-up ends: a size first
 //! met by traffic after that keeps the first algorithm rather than hold its request up.
-//! Passes that reach a long tier take its algorithm instead.
+//! A timed pass that reaches a long tier is timed against that tier's algorithm instead, and
+//! a candidate must give its bits (which are the first algorithm's).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -320,13 +321,16 @@ impl Blas {
                 .rev()
                 .find(|(from, a)| s.tokens >= *from && self.check(&plan, a))
                 .map(|&(_, a)| a);
-            if let Some(algo) = long {
-                plan.algo = algo;
-            } else if self.check(&plan, &choice.algo) {
-                plan.algo = choice.algo;
+            let base = match long {
+                Some(algo) => Some(algo),
+                None if self.check(&plan, &choice.algo) => Some(choice.algo),
+                None => None,
+            };
+            if let Some(base) = base {
+                plan.algo = base;
                 let timed = self.short_timing && !self.capturing;
                 if choice.invariant && s.tokens <= self.short_tokens && timed {
-                    match self.choose_short(s, &plan, &choice.algo, g, stream) {
+                    match self.choose_short(s, &plan, &base, g, stream) {
                         Ok(Some(algo)) => {
                             plan.algo = algo;
                             self.short_plans += 1;

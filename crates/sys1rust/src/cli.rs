@@ -226,7 +226,7 @@ pub struct EngineArgs {
     #[arg(
         long,
         env = "SYS1_CUDA_GEMM_SMALL_TOKENS",
-        default_value_t = 1024,
+        default_value_t = 6144,
         hide = true
     )]
     pub cuda_gemm_small_tokens: usize,
