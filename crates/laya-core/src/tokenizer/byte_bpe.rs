@@ -5,8 +5,8 @@
 //! Nothing here reads offsets (upstream keeps only `input_ids`). So for a tokenizer whose
 //! pipeline this module reproduces exactly (checked by [`ByteBpe::of`]: a normalizer that
 //! leaves ASCII as it is, the GPT-2 `ByteLevel` split without a prefix space, BPE without
-//! dropout, prefix or suffix, no truncation or padding), ASCII text in which no added token
-//! occurs is split, mapped to bytes' symbols and merged here, with `tokenizers`' own merge
+//! dropout, prefix or suffix, a post-processor that adds nothing without special tokens, no
+//! truncation or padding), ASCII text in which no added token occurs is split, mapped to bytes' symbols and merged here, with `tokenizers`' own merge
 //! order. Any other text goes through `tokenizers`. The tests compare the two on the fixture
 //! tokenizers over hand-picked, workload and random text.
 
@@ -17,7 +17,7 @@ use aho_corasick::AhoCorasick;
 use rustc_hash::FxHashMap;
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::ModelWrapper;
+use tokenizers::{ModelWrapper, NormalizedString, Normalizer};
 
 /// Words cached, and the longest one cached (in bytes): `tokenizers`' own BPE cache bounds.
 const CACHE_WORDS: usize = 10_000;
@@ -71,6 +71,7 @@ impl ByteBpe {
         if !(normalizer_keeps_ascii
             && gpt2_split
             && plain_bpe
+            && one_sequence(t)
             && t.get_truncation().is_none()
             && t.get_padding().is_none())
         {
@@ -98,12 +99,21 @@ impl ByteBpe {
                 .entry(key)
                 .or_insert((u32::try_from(rank).ok()?, merged));
         }
-        let added: Vec<String> = t
-            .get_added_tokens_decoder()
-            .into_values()
-            .map(|tok| tok.content)
-            .filter(|c| !c.is_empty())
-            .collect();
+        // `tokenizers` looks for a normalized token in the normalized text, and a normalizer
+        // can make ASCII of a token that is not (NFC: the Kelvin sign is `K`): such a token's
+        // normalized text is looked for too.
+        let mut added = Vec::new();
+        for token in t.get_added_tokens_decoder().into_values() {
+            if token.normalized {
+                if let Some(n) = t.get_normalizer() {
+                    let mut text = NormalizedString::from(token.content.as_str());
+                    n.normalize(&mut text).ok()?;
+                    added.push(text.get().to_owned());
+                }
+            }
+            added.push(token.content);
+        }
+        added.retain(|c| !c.is_empty());
         let added = AhoCorasick::new(&added).ok()?;
         Some(ByteBpe {
             byte_ids,
@@ -131,7 +141,8 @@ impl ByteBpe {
 
     /// Appends the ids of one piece of the split.
     fn word(&self, word: &[u8], out: &mut Vec<u32>) {
-        if let Ok(cache) = self.cache.read() {
+        // As in `tokenizers`: a cache being written is passed by, not waited for.
+        if let Ok(cache) = self.cache.try_read() {
             if let Some(ids) = cache.get(word) {
                 out.extend_from_slice(ids);
                 return;
@@ -140,7 +151,6 @@ impl ByteBpe {
         let start = out.len();
         self.merge(word, out);
         if word.len() < CACHE_WORD_BYTES {
-            // As in `tokenizers`: a busy or full cache is skipped, not waited for.
             if let Ok(mut cache) = self.cache.try_write() {
                 if cache.len() < CACHE_WORDS {
                     cache.insert(word.into(), out[start..].into());
@@ -213,6 +223,30 @@ impl ByteBpe {
         }
         out.extend(symbols.iter().filter(|s| !s.gone).map(|s| s.id));
     }
+}
+
+/// Whether the post-processor leaves `encode(text, add_special_tokens=False)` the text's own
+/// ids: none, or a template whose single-sequence form holds the sequence once (its special
+/// tokens are left out without `add_special_tokens`).
+fn one_sequence(t: &tokenizers::Tokenizer) -> bool {
+    let Some(post) = t.get_post_processor() else {
+        return true;
+    };
+    let Ok(post) = serde_json::to_value(post) else {
+        return false;
+    };
+    if post.get("type").and_then(|v| v.as_str()) != Some("TemplateProcessing") {
+        return false;
+    }
+    let Some(single) = post.get("single").and_then(|v| v.as_array()) else {
+        return false;
+    };
+    let sequences: Vec<_> = single.iter().filter_map(|p| p.get("Sequence")).collect();
+    single
+        .iter()
+        .all(|p| p.get("Sequence").is_some() || p.get("SpecialToken").is_some())
+        && sequences.len() == 1
+        && sequences[0].get("id").and_then(|v| v.as_str()) == Some("A")
 }
 
 /// GPT-2's byte-to-character map for ASCII: printable bytes stand for themselves, the others
@@ -289,6 +323,44 @@ mod tests {
         assert_eq!(byte_symbol(0), '\u{100}');
         assert_eq!(byte_symbol(0x7f), '\u{121}');
         assert_eq!(byte_symbol(b'a'), 'a');
+    }
+
+    fn fixture_tokenizer() -> tokenizers::Tokenizer {
+        let path = laya_fixtures::fixtures_dir()
+            .join("checkpoints")
+            .join("tiny")
+            .join("tokenizer")
+            .join("tokenizer.json");
+        tokenizers::Tokenizer::from_file(path).expect("fixture tokenizer")
+    }
+
+    /// A normalized added token that NFC turns into ASCII (the Kelvin sign is `K`) splits
+    /// ASCII text in `tokenizers`, so such text must not take the fast path.
+    #[test]
+    fn added_tokens_are_looked_for_as_normalized() {
+        let mut t = fixture_tokenizer();
+        t.add_tokens(&[tokenizers::AddedToken::from("\u{212a}", false).normalized(true)]);
+        let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
+        assert_eq!(fast.encode("OK then"), None);
+        let ids = fast.encode("ok then").expect("no added token in it");
+        assert_eq!(
+            ids,
+            t.encode_fast("ok then", false).expect("encode").get_ids()
+        );
+    }
+
+    /// A template that repeats the sequence changes the ids even without special tokens.
+    #[test]
+    fn only_a_template_with_the_sequence_once_is_reproduced() {
+        let mut t = fixture_tokenizer();
+        assert!(ByteBpe::of(&t).is_some());
+        let twice = tokenizers::processors::template::TemplateProcessing::builder()
+            .try_single("$A $A")
+            .expect("template")
+            .build()
+            .expect("template");
+        t.with_post_processor(Some(twice));
+        assert!(ByteBpe::of(&t).is_none());
     }
 
     #[test]
