@@ -64,7 +64,8 @@ pub struct CudaSettings {
     /// only with graphs on, whose warm-up runs the ladder's passes), never while serving, where
     /// a size's first request would wait for the timing; passes that reach a long tier are
     /// timed against its kernels, whose bits they must give. On an H100 it cuts one short
-    /// question's pass by 8-15% and costs ~5 s of warm-up (results/GPU.md).
+    /// question's pass by 8-15% and four questions' over 256 or 512 tokens by ~11%, and
+    /// adds ~10 s to the warm-up (results/GPU.md).
     pub gemm_short_tokens: usize,
 }
 

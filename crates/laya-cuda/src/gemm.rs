@@ -33,7 +33,8 @@
 //! until [`Blas::end_short_timing`], which a server calls when its warm-up ends: a size first
 //! met by traffic after that keeps the first algorithm rather than hold its request up.
 //! A timed pass that reaches a long tier is timed against that tier's algorithm instead, and
-//! a candidate must give its bits (which are the first algorithm's).
+//! a candidate must give its bits (the tier's algorithm was itself checked against the first
+//! one's when it was chosen).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -181,7 +182,8 @@ pub struct Blas {
     /// Each family's operands for checking its short passes' candidates
     /// ([`Blas::short_tokens`] rows).
     short_probes: HashMap<Family, Probe>,
-    /// Short passes planned with an algorithm other than their family's first.
+    /// Passes planned with a timed algorithm (faster than their family's first algorithm or
+    /// their long tier's, with the same bits).
     short_plans: usize,
     /// [`FLUSH_BYTES`] the short passes' timing writes to push the weights out of the L2
     /// cache, and the timed GEMMs' output (grown as needed); both freed when timing ends.
@@ -336,9 +338,9 @@ impl Blas {
                             self.short_plans += 1;
                         }
                         Ok(None) => {}
-                        // Only speed is at stake: the first algorithm serves this size.
+                        // Only speed is at stake: the untimed algorithm serves this size.
                         Err(e) => tracing::warn!(?s, error = %e,
-                            "timing GEMM kernels for a short pass failed; it keeps the first algorithm"),
+                            "timing GEMM kernels for a pass failed; it keeps its untimed algorithm"),
                     }
                 }
             } else {
@@ -700,16 +702,16 @@ impl Blas {
         Ok(best.map_or(candidates[0], |(_, a)| a))
     }
 
-    /// A faster algorithm than `first` for the short pass `s`, of the same bits: the
-    /// heuristic's candidates at `s.tokens` without split-K, timed against `first` with the
-    /// weights out of the L2 cache, the fastest tried first, each taken only if all of its
-    /// output rows equal `first`'s on the family's probe; `None` if none is faster by
-    /// [`SHORT_MARGIN`] and agrees.
+    /// A faster algorithm than `base` (the family's first algorithm, or the long tier's that
+    /// the pass reaches) for the pass `s`, of the same bits: the heuristic's candidates at
+    /// `s.tokens` without split-K, timed against `base` with the weights out of the L2 cache,
+    /// the fastest tried first, each taken only if all of its output rows equal `base`'s on
+    /// the family's probe; `None` if none is faster by [`SHORT_MARGIN`] and agrees.
     fn choose_short(
         &mut self,
         s: Shape,
         plan: &Plan,
-        first: &sys::cublasLtMatmulAlgo_t,
+        base: &sys::cublasLtMatmulAlgo_t,
         g: &Gemm,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<Option<sys::cublasLtMatmulAlgo_t>, CudaError> {
@@ -717,7 +719,7 @@ impl Blas {
         let candidates: Vec<sys::cublasLtMatmulAlgo_t> = self
             .heuristic(plan, true)?
             .into_iter()
-            .filter(|a| a.data != first.data && self.check(plan, a))
+            .filter(|a| a.data != base.data && self.check(plan, a))
             .take(SHORT_CANDIDATES)
             .collect();
         if candidates.is_empty() {
@@ -745,14 +747,14 @@ impl Blas {
             .short_probes
             .get(&family)
             .ok_or_else(|| CudaError::Unavailable("GEMM probe vanished".into()))?;
-        let mut all = vec![*first];
+        let mut all = vec![*base];
         all.extend(&candidates);
         let timed = Gemm {
             x: probe.x.ptr(),
             ..*g
         };
         let times = self.time_cold(plan, &all, &timed, stream)?;
-        let Some((&base, rest)) = times.split_first() else {
+        let Some((&base_us, rest)) = times.split_first() else {
             return Ok(None);
         };
         // (µs, the heuristic's rank, algorithm), fastest first.
@@ -762,14 +764,14 @@ impl Blas {
             .zip(candidates)
             .enumerate()
             .map(|(rank, (us, algo))| (us, rank, algo))
-            .filter(|(us, _, _)| *us < base * SHORT_MARGIN)
+            .filter(|(us, _, _)| *us < base_us * SHORT_MARGIN)
             .collect();
         order.sort_by(|a, b| a.0.total_cmp(&b.0));
         for (us, rank, algo) in order {
-            if probe.agrees(self, first, &algo, plan, s.tokens, stream)? {
+            if probe.agrees(self, base, &algo, plan, s.tokens, stream)? {
                 tracing::debug!(
                     ?s,
-                    first_us = base,
+                    base_us,
                     us,
                     rank,
                     "short pass: a faster GEMM algorithm of the same bits"
