@@ -370,33 +370,27 @@ pub fn layout_rows<S: Borrow<Value>>(
         .iter()
         .map(|q| layout::build_head(tokenizer, q, budget.head_max_len))
         .collect::<Result<Vec<_>, _>>()?;
-    let state_ids: Vec<_> = states
-        .iter()
-        .map(|s| tokenizer.encode(&state_text(tokenizer, s.borrow())))
-        .collect();
     states
         .iter()
-        .zip(state_ids)
-        .map(|(s, ids)| encode_state(tokenizer, s.borrow(), &ids?, questions, &heads, budget))
+        .map(|s| encode_state(tokenizer, s.borrow(), questions, &heads, budget))
         .collect()
 }
 
-/// Lays out every (state, question) row of one state, from its tokens (upstream
-/// `_encode_state`).
+/// Lays out every (state, question) row of one state (upstream `_encode_state`).
 fn encode_state(
     tokenizer: &Tokenizer,
     state: &Value,
-    state_ids: &[u32],
     questions: &[Question],
     heads: &[Head],
     budget: Budget,
 ) -> Result<Vec<EncodedRow>, PredictError> {
+    let state_ids = tokenizer.encode(&state_text(tokenizer, state))?;
     let truncate_left = matches!(state, Value::Array(_));
     questions
         .iter()
         .zip(heads)
         .map(|(q, head)| {
-            layout::build_sequence(tokenizer, q, head, state_ids, truncate_left, budget)
+            layout::build_sequence(tokenizer, q, head, &state_ids, truncate_left, budget)
                 .map_err(PredictError::from)
         })
         .collect()

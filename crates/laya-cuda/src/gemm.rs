@@ -323,11 +323,7 @@ impl Blas {
                 .rev()
                 .find(|(from, a)| s.tokens >= *from && self.check(&plan, a))
                 .map(|&(_, a)| a);
-            let base = match long {
-                Some(algo) => Some(algo),
-                None if self.check(&plan, &choice.algo) => Some(choice.algo),
-                None => None,
-            };
+            let base = long.or_else(|| self.check(&plan, &choice.algo).then_some(choice.algo));
             if let Some(base) = base {
                 plan.algo = base;
                 let timed = self.short_timing && !self.capturing;

@@ -77,13 +77,14 @@ impl ByteBpe {
         {
             return None;
         }
-        let vocab = bpe.get_vocab();
-        let mut byte_ids = [0u32; 128];
-        for (b, id) in byte_ids.iter_mut().enumerate() {
-            *id = *vocab.get(byte_symbol(b as u8).encode_utf8(&mut [0; 4]))?;
-        }
-        // The merges in rank order, as the model serializes them.
+        // The vocabulary and the merges in rank order, as the model serializes them.
         let model = serde_json::to_value(bpe).ok()?;
+        let vocab = model.get("vocab")?.as_object()?;
+        let id = |token: &str| u32::try_from(vocab.get(token)?.as_u64()?).ok();
+        let mut byte_ids = [0u32; 128];
+        for (b, slot) in byte_ids.iter_mut().enumerate() {
+            *slot = id(byte_symbol(b as u8).encode_utf8(&mut [0; 4]))?;
+        }
         let listed = model.get("merges")?.as_array()?;
         let mut merges = FxHashMap::default();
         merges.reserve(listed.len());
@@ -93,8 +94,8 @@ impl ByteBpe {
                 serde_json::Value::String(s) => s.split_once(' ')?,
                 _ => return None,
             };
-            let merged = *vocab.get(&format!("{a}{b}"))?;
-            let key = (*vocab.get(a)?, *vocab.get(b)?);
+            let merged = id(&format!("{a}{b}"))?;
+            let key = (id(a)?, id(b)?);
             merges
                 .entry(key)
                 .or_insert((u32::try_from(rank).ok()?, merged));
