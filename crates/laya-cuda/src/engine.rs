@@ -634,43 +634,45 @@ impl CudaEngine {
             .launch(k.embed_norm, norm_grid, norm_block, 0, stream)?;
         mark("embed + norm")?;
 
+        // RoPE on q and k of the fused Wqkv output, in place, before the tensor-core attention
+        // (the rows kernel turns them itself). Inside the tensor-core kernel, on each tile as it
+        // lands, it took longer than this pass (results/GPU.md, 2026-12-05).
+        let rope_pass = |q: u64, ld: usize, rope: &crate::weights::Rope| {
+            Args::new()
+                .ptr(q)
+                .i32(ld as i32)
+                .i32(di)
+                .ptr(meta(o.pos))
+                .ptr(rope.cos.ptr())
+                .ptr(rope.sin.ptr())
+                .i32(ti)
+                .i32(heads as i32)
+                .launch(k.rope_qk, grid_for(t * heads * 8, 256), 256, 0, stream)
+        };
+        // `rope`: the tables of the layer, which only the rows kernel reads.
         let attention =
             |q: u64, ld: usize, out: u64, rope: Option<&crate::weights::Rope>, window: i32| {
                 let (rc, rs) = rope.map_or((0, 0), |r| (r.cos.ptr(), r.sin.ptr()));
                 match self.settings.attention {
-                    Attention::TensorCore => {
-                        if rope.is_some() {
-                            Args::new()
-                                .ptr(q)
-                                .i32(ld as i32)
-                                .i32(di)
-                                .ptr(meta(o.pos))
-                                .ptr(rc)
-                                .ptr(rs)
-                                .i32(ti)
-                                .i32(heads as i32)
-                                .launch(k.rope_qk, grid_for(t * heads * 8, 256), 256, 0, stream)?;
-                        }
-                        Args::new()
-                            .ptr(q)
-                            .ptr(q + (d * 2) as u64)
-                            .ptr(q + (2 * d * 2) as u64)
-                            .i32(ld as i32)
-                            .ptr(out)
-                            .i32(di)
-                            .ptr(meta(o.tiles))
-                            .ptr(meta(o.key_start))
-                            .ptr(meta(o.key_end))
-                            .i32(window)
-                            .f32(scale)
-                            .launch(
-                                k.attention_mma,
-                                (b.max_tiles() as u32, heads as u32, 1),
-                                128,
-                                0,
-                                stream,
-                            )
-                    }
+                    Attention::TensorCore => Args::new()
+                        .ptr(q)
+                        .ptr(q + (d * 2) as u64)
+                        .ptr(q + (2 * d * 2) as u64)
+                        .i32(ld as i32)
+                        .ptr(out)
+                        .i32(di)
+                        .ptr(meta(o.tiles))
+                        .ptr(meta(o.key_start))
+                        .ptr(meta(o.key_end))
+                        .i32(window)
+                        .f32(scale)
+                        .launch(
+                            k.attention_mma,
+                            (b.max_tiles() as u32, heads as u32, 1),
+                            128,
+                            0,
+                            stream,
+                        ),
                     Attention::Rows => Args::new()
                         .ptr(q)
                         .i32(ld as i32)
@@ -719,6 +721,10 @@ impl CudaEngine {
             } else {
                 (&w.rope_global, -1)
             };
+            if self.settings.attention == Attention::TensorCore {
+                rope_pass(work.qkv.ptr(), 3 * d, rope)?;
+                mark("rope")?;
+            }
             attention(work.qkv.ptr(), 3 * d, work.att.ptr(), Some(rope), window)?;
             mark(if layer.sliding {
                 "attention sliding"
