@@ -6,14 +6,16 @@
 //! pipeline this module reproduces exactly (checked by [`ByteBpe::of`]: a normalizer that
 //! leaves ASCII as it is, the GPT-2 `ByteLevel` split without a prefix space, BPE without
 //! dropout, prefix or suffix, a post-processor that adds nothing without special tokens, no
-//! truncation or padding), ASCII text in which no added token occurs is split, mapped to bytes' symbols and merged here, with `tokenizers`' own merge
-//! order. Any other text goes through `tokenizers`. The tests compare the two on the fixture
+//! truncation or padding), ASCII text is split on the added tokens as `tokenizers` splits it,
+//! and the rest split, mapped to bytes' symbols and merged here, with `tokenizers`' own merge
+//! order. Text that is not ASCII, or holds an added token that takes the spaces around it or
+//! must stand as a word, goes through `tokenizers`. The tests compare the two on the fixture
 //! tokenizers over hand-picked, workload and random text.
 
 use std::collections::BinaryHeap;
 use std::sync::RwLock;
 
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use rustc_hash::FxHashMap;
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
@@ -31,9 +33,39 @@ pub(super) struct ByteBpe {
     byte_ids: [u32; 128],
     /// `(left, right)` → `(rank, merged)`.
     merges: FxHashMap<(u32, u32), (u32, u32)>,
-    /// Every added token's text: text holding one is split on it first, by `tokenizers`.
-    added: AhoCorasick,
+    /// The added tokens `tokenizers` looks for in the text as given, then those it looks for
+    /// in the normalized pieces left between them (the same for ASCII text).
+    plain: AddedSplit,
+    normalized: AddedSplit,
     cache: RwLock<WordCache>,
+}
+
+/// One of `tokenizers`' two searches for added tokens: the leftmost longest match first.
+struct AddedSplit {
+    automaton: AhoCorasick,
+    /// Each pattern's id, and whether its token takes the spaces around it or must stand as a
+    /// word (`lstrip`, `rstrip`, `single_word`): text where one occurs is left to `tokenizers`.
+    tokens: Vec<(u32, bool)>,
+}
+
+impl AddedSplit {
+    /// `patterns`: (text, id, flagged). `None` where a text is empty or stands for two ids.
+    fn new(mut patterns: Vec<(String, u32, bool)>) -> Option<AddedSplit> {
+        patterns.sort();
+        patterns.dedup();
+        let distinct = patterns.windows(2).all(|w| w[0].0 != w[1].0);
+        if !distinct || patterns.iter().any(|p| p.0.is_empty()) {
+            return None;
+        }
+        let automaton = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(patterns.iter().map(|p| &p.0))
+            .ok()?;
+        Some(AddedSplit {
+            automaton,
+            tokens: patterns.into_iter().map(|(_, id, f)| (id, f)).collect(),
+        })
+    }
 }
 
 impl std::fmt::Debug for ByteBpe {
@@ -100,44 +132,86 @@ impl ByteBpe {
                 .entry(key)
                 .or_insert((u32::try_from(rank).ok()?, merged));
         }
-        // `tokenizers` looks for a normalized token in the normalized text, and a normalizer
-        // can make ASCII of a token that is not (NFC: the Kelvin sign is `K`): such a token's
-        // normalized text is looked for too.
-        let mut added = Vec::new();
-        for token in t.get_added_tokens_decoder().into_values() {
-            if token.normalized {
-                if let Some(n) = t.get_normalizer() {
-                    let mut text = NormalizedString::from(token.content.as_str());
-                    n.normalize(&mut text).ok()?;
-                    added.push(text.get().to_owned());
-                }
-            }
-            added.push(token.content);
+        // As `tokenizers` builds its two searches: a normalized token is looked for by its
+        // normalized text (NFC can make ASCII of a token that is not: the Kelvin sign is `K`).
+        if t.get_encode_special_tokens() {
+            return None;
         }
-        added.retain(|c| !c.is_empty());
-        let added = AhoCorasick::new(&added).ok()?;
+        let (mut plain, mut normalized) = (Vec::new(), Vec::new());
+        for (id, token) in t.get_added_tokens_decoder() {
+            let flagged = token.lstrip || token.rstrip || token.single_word;
+            if !token.normalized {
+                plain.push((token.content, id, flagged));
+                continue;
+            }
+            let mut text = NormalizedString::from(token.content.as_str());
+            if let Some(n) = t.get_normalizer() {
+                n.normalize(&mut text).ok()?;
+            }
+            normalized.push((text.get().to_owned(), id, flagged));
+        }
         Some(ByteBpe {
             byte_ids,
             merges,
-            added,
+            plain: AddedSplit::new(plain)?,
+            normalized: AddedSplit::new(normalized)?,
             cache: RwLock::new(WordCache::default()),
         })
     }
 
-    /// The ids of `text`, or `None` when it is not ASCII or holds an added token.
+    /// The ids of `text`, or `None` when it is not ASCII or holds an added token that takes
+    /// the spaces around it or must stand as a word.
     pub(super) fn encode(&self, text: &str) -> Option<Vec<u32>> {
-        let bytes = text.as_bytes();
-        if !text.is_ascii() || self.added.is_match(bytes) {
+        if !text.is_ascii() {
             return None;
         }
-        let mut ids = Vec::with_capacity(bytes.len() / 3 + 1);
+        let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+        // The normalizer leaves ASCII as it is, so the pieces between the plain tokens are
+        // searched for the normalized ones as they stand.
+        self.split(&self.plain, text, &mut ids, &mut |piece, ids| {
+            self.split(&self.normalized, piece, ids, &mut |piece, ids| {
+                self.pieces(piece.as_bytes(), ids);
+                Some(())
+            })
+        })?;
+        Some(ids)
+    }
+
+    /// Appends the ids of `text` split on `added`'s tokens, the text between them through
+    /// `between`.
+    fn split(
+        &self,
+        added: &AddedSplit,
+        text: &str,
+        ids: &mut Vec<u32>,
+        between: &mut dyn FnMut(&str, &mut Vec<u32>) -> Option<()>,
+    ) -> Option<()> {
+        let mut last = 0;
+        for m in added.automaton.find_iter(text) {
+            let (id, flagged) = added.tokens[m.pattern().as_usize()];
+            if flagged {
+                return None;
+            }
+            if m.start() > last {
+                between(&text[last..m.start()], ids)?;
+            }
+            ids.push(id);
+            last = m.end();
+        }
+        if last < text.len() {
+            between(&text[last..], ids)?;
+        }
+        Some(())
+    }
+
+    /// Appends the ids of text without added tokens: the pre-tokenizer's pieces, merged.
+    fn pieces(&self, bytes: &[u8], ids: &mut Vec<u32>) {
         let mut at = 0;
         while at < bytes.len() {
             let end = piece_end(bytes, at);
-            self.word(&bytes[at..end], &mut ids);
+            self.word(&bytes[at..end], ids);
             at = end;
         }
-        Some(ids)
     }
 
     /// Appends the ids of one piece of the split.
@@ -336,18 +410,50 @@ mod tests {
     }
 
     /// A normalized added token that NFC turns into ASCII (the Kelvin sign is `K`) splits
-    /// ASCII text in `tokenizers`, so such text must not take the fast path.
+    /// ASCII text in `tokenizers`, and so here.
     #[test]
     fn added_tokens_are_looked_for_as_normalized() {
         let mut t = fixture_tokenizer();
         t.add_tokens(&[tokenizers::AddedToken::from("\u{212a}", false).normalized(true)]);
         let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
-        assert_eq!(fast.encode("OK then"), None);
-        let ids = fast.encode("ok then").expect("no added token in it");
+        for text in ["OK then", "ok then", "KK", "a Kb K"] {
+            let full = t.encode_fast(text, false).expect("encode");
+            assert_eq!(
+                fast.encode(text).as_deref(),
+                Some(full.get_ids()),
+                "{text:?}"
+            );
+        }
+        let kelvin = t.token_to_id("\u{212a}").expect("added");
         assert_eq!(
-            ids,
-            t.encode_fast("ok then", false).expect("encode").get_ids()
+            fast.encode("OK").as_deref(),
+            Some(&[t.token_to_id("O").unwrap_or(0), kelvin][..])
         );
+    }
+
+    /// Tokens that take the spaces around them or must stand as a word are left to
+    /// `tokenizers`, wherever they occur; the text around other tokens is not.
+    #[test]
+    fn tokens_with_spacing_rules_go_through_tokenizers() {
+        let mut t = fixture_tokenizer();
+        t.add_tokens(&[
+            tokenizers::AddedToken::from("<l>", false).lstrip(true),
+            tokenizers::AddedToken::from("<r>", false).rstrip(true),
+            tokenizers::AddedToken::from("word", false).single_word(true),
+            tokenizers::AddedToken::from("<p>", false),
+        ]);
+        let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
+        for text in ["a <l> b", "a <r> b", "a word b", "swordfish"] {
+            assert_eq!(fast.encode(text), None, "{text:?}");
+        }
+        for text in ["a <p> b", "<p><p>x  <p>", "a<p>"] {
+            let full = t.encode_fast(text, false).expect("encode");
+            assert_eq!(
+                fast.encode(text).as_deref(),
+                Some(full.get_ids()),
+                "{text:?}"
+            );
+        }
     }
 
     /// A template that repeats the sequence changes the ids even without special tokens.
