@@ -34,7 +34,7 @@ pub(super) struct ByteBpe {
     /// `(left, right)` → `(rank, merged)`.
     merges: FxHashMap<(u32, u32), (u32, u32)>,
     /// The added tokens `tokenizers` looks for in the text as given, then those it looks for
-    /// in the normalized pieces left between them (the same for ASCII text).
+    /// in the normalized pieces left between them (for ASCII text, the pieces as given).
     plain: AddedSplit,
     normalized: AddedSplit,
     cache: RwLock<WordCache>,
@@ -78,7 +78,9 @@ impl std::fmt::Debug for ByteBpe {
 
 impl ByteBpe {
     /// The fast path for `t`, or `None` where its pipeline is not the one this module
-    /// reproduces.
+    /// reproduces. `t` must be as loaded: `tokenizers` builds its search for normalized tokens
+    /// when they are added and keeps it when the normalizer is replaced, while this reads the
+    /// normalizer of now; and it must hold no added text twice (the caller checks the file).
     pub(super) fn of(t: &tokenizers::Tokenizer) -> Option<ByteBpe> {
         let normalizer_keeps_ascii = matches!(
             t.get_normalizer(),
@@ -132,11 +134,11 @@ impl ByteBpe {
                 .entry(key)
                 .or_insert((u32::try_from(rank).ok()?, merged));
         }
-        // As `tokenizers` builds its two searches: a normalized token is looked for by its
-        // normalized text (NFC can make ASCII of a token that is not: the Kelvin sign is `K`).
         if t.get_encode_special_tokens() {
             return None;
         }
+        // As `tokenizers` builds its two searches: a normalized token is looked for by its
+        // normalized text (NFC can make ASCII of a token that is not: the Kelvin sign is `K`).
         let (mut plain, mut normalized) = (Vec::new(), Vec::new());
         for (id, token) in t.get_added_tokens_decoder() {
             let flagged = token.lstrip || token.rstrip || token.single_word;
@@ -429,6 +431,28 @@ mod tests {
             fast.encode("OK").as_deref(),
             Some(&[t.token_to_id("O").unwrap_or(0), kelvin][..])
         );
+    }
+
+    /// The plain tokens are looked for first, in the whole text, and the normalized ones only
+    /// in what they leave: `<x>` wins over `a<`, although `a<` starts further left.
+    #[test]
+    fn plain_tokens_split_before_normalized_ones() {
+        let mut t = fixture_tokenizer();
+        t.add_special_tokens(&[tokenizers::AddedToken::from("<x>", true)]);
+        t.add_tokens(&[tokenizers::AddedToken::from("a<", false).normalized(true)]);
+        let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
+        let x = t.token_to_id("<x>").expect("added");
+        for text in ["a<x>", "a<a<x>b", "a<xa<"] {
+            let full = t.encode_fast(text, false).expect("encode");
+            assert_eq!(
+                fast.encode(text).as_deref(),
+                Some(full.get_ids()),
+                "{text:?}"
+            );
+        }
+        let ids = fast.encode("a<x>").expect("ascii");
+        assert_eq!(ids.last(), Some(&x), "{ids:?}");
+        assert_ne!(ids.first(), t.token_to_id("a<").as_ref(), "{ids:?}");
     }
 
     /// Tokens that take the spaces around them or must stand as a word are left to

@@ -58,11 +58,13 @@ impl Tokenizer {
     /// multilingual vocabulary also holds `<s>`/`</s>`, which are not its CLS/SEP.
     pub fn load(dir: &Path) -> Result<Self, TokenizerError> {
         let json_path = dir.join("tokenizer.json");
+        let load_error = |message: String| TokenizerError::Load {
+            path: json_path.clone(),
+            message,
+        };
+        let json = std::fs::read(&json_path).map_err(|e| load_error(e.to_string()))?;
         let inner =
-            tokenizers::Tokenizer::from_file(&json_path).map_err(|e| TokenizerError::Load {
-                path: json_path.clone(),
-                message: e.to_string(),
-            })?;
+            tokenizers::Tokenizer::from_bytes(&json).map_err(|e| load_error(e.to_string()))?;
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg: Value = std::fs::read(&cfg_path)
             .map_err(|e| e.to_string())
@@ -96,7 +98,10 @@ impl Tokenizer {
             t.with_normalizer(None::<tokenizers::NormalizerWrapper>);
             t
         });
-        let fast = ByteBpe::of(&inner).map(Arc::new);
+        let fast = added_contents_unique(&json)
+            .then(|| ByteBpe::of(&inner))
+            .flatten()
+            .map(Arc::new);
         Ok(Tokenizer {
             ascii,
             fast,
@@ -137,6 +142,27 @@ impl Tokenizer {
     pub fn scrub_mask(&self, text: &str) -> String {
         text.replace(&self.mask.text, " ")
     }
+}
+
+/// Whether each of the file's added tokens has a text of its own. `tokenizers` keeps every
+/// entry of a repeated text in its searches for added tokens but shows only the last
+/// (`get_added_tokens_decoder`), which is all the fast path can read; files that `tokenizers`
+/// writes repeat none, and a file that does is left to `tokenizers` whole.
+fn added_contents_unique(json: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct File {
+        #[serde(default)]
+        added_tokens: Vec<Entry>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        content: String,
+    }
+    let Ok(file) = serde_json::from_slice::<File>(json) else {
+        return false;
+    };
+    let mut seen = std::collections::HashSet::new();
+    file.added_tokens.iter().all(|e| seen.insert(&e.content))
 }
 
 /// Whether the normalizer is one that leaves every ASCII text as it is (NFC, NFD, NFKC,
@@ -268,6 +294,46 @@ mod tests {
             texts.push(t);
         }
         texts
+    }
+
+    /// A file that repeats an added token's text gets no fast path: `tokenizers` searches for
+    /// each entry, and only the last is visible to the fast path.
+    #[test]
+    fn repeated_added_tokens_leave_the_fast_path_off() {
+        let from = laya_fixtures::fixtures_dir()
+            .join("checkpoints")
+            .join("tiny")
+            .join("tokenizer");
+        let json = std::fs::read(from.join("tokenizer.json")).expect("fixture");
+        assert!(added_contents_unique(&json));
+        let mut file: Value = serde_json::from_slice(&json).expect("json");
+        let added = file["added_tokens"].as_array_mut().expect("added tokens");
+        let mut again = added
+            .iter()
+            .find(|e| e["content"] == "[unused0]")
+            .expect("[unused0]")
+            .clone();
+        again["normalized"] = Value::Bool(false);
+        added.push(again);
+        let dir =
+            std::env::temp_dir().join(format!("laya-tokenizer-repeat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(
+            dir.join("tokenizer.json"),
+            serde_json::to_vec(&file).expect("json"),
+        )
+        .expect("write");
+        std::fs::copy(
+            from.join("tokenizer_config.json"),
+            dir.join("tokenizer_config.json"),
+        )
+        .expect("copy");
+        let t = Tokenizer::load(&dir).expect("tokenizers reads it");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(t.fast.is_none());
+        let text = "x [unused0] y";
+        let full = t.inner.encode_fast(text, false).expect("encode");
+        assert_eq!(t.encode(text).expect("encode"), full.get_ids());
     }
 
     /// The byte-level fast path gives `tokenizers`' ids wherever it answers, and answers for
