@@ -1,4 +1,4 @@
-//! Byte-level BPE for ASCII text, without `tokenizers`' offset bookkeeping.
+//! Byte-level BPE without `tokenizers`' offset bookkeeping.
 //!
 //! `tokenizers` keeps every piece of the text aligned with the original, allocating for each
 //! piece and each character; on a state of 512 tokens that was most of a decision's host time.
@@ -6,10 +6,11 @@
 //! pipeline this module reproduces exactly (checked by [`ByteBpe::of`]: a normalizer that
 //! leaves ASCII as it is, the GPT-2 `ByteLevel` split without a prefix space, BPE without
 //! dropout, prefix or suffix, a post-processor that adds nothing without special tokens, no
-//! truncation or padding), ASCII text is split on the added tokens as `tokenizers` splits it,
-//! and the rest split, mapped to bytes' symbols and merged here, with `tokenizers`' own merge
-//! order. Text that is not ASCII, or holds an added token that takes the spaces around it or
-//! must stand as a word, goes through `tokenizers`. The tests compare the two on the fixture
+//! truncation or padding), text is split on the added tokens as `tokenizers` splits it, and
+//! the rest split, mapped to bytes' symbols and merged here, with `tokenizers`' own merge
+//! order. Text goes through `tokenizers` instead when it holds an added token that takes the
+//! spaces around it or must stand as a word, or a piece that the normalizer might change (a
+//! quick check decides; ASCII is never changed). The tests compare the two on the fixture
 //! tokenizers over hand-picked, workload and random text.
 
 use std::collections::BinaryHeap;
@@ -19,7 +20,9 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use rustc_hash::FxHashMap;
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::utils::SysRegex;
 use tokenizers::{ModelWrapper, NormalizedString, Normalizer};
+use unicode_normalization::IsNormalized;
 
 /// Words cached, and the longest one cached (in bytes): `tokenizers`' own BPE cache bounds.
 const CACHE_WORDS: usize = 10_000;
@@ -29,12 +32,18 @@ const CACHE_WORD_BYTES: usize = 256;
 type WordCache = FxHashMap<Box<[u8]>, Box<[u32]>>;
 
 pub(super) struct ByteBpe {
-    /// The id of each ASCII byte's one-symbol token, where byte-level BPE starts.
-    byte_ids: [u32; 128],
+    /// The id of each byte's one-symbol token, where byte-level BPE starts.
+    byte_ids: [u32; 256],
+    /// The normalizer, which text that is not ASCII must be seen to pass unchanged.
+    form: Form,
+    /// The `ByteLevel` pre-tokenizer's split, for text that is not ASCII (ASCII text is split
+    /// by [`piece_end`]).
+    split_pattern: SysRegex,
     /// `(left, right)` → `(rank, merged)`.
     merges: FxHashMap<(u32, u32), (u32, u32)>,
     /// The added tokens `tokenizers` looks for in the text as given, then those it looks for
-    /// in the normalized pieces left between them (for ASCII text, the pieces as given).
+    /// in the normalized pieces left between them (the pieces as given, which is all that
+    /// `encode` takes on).
     plain: AddedSplit,
     normalized: AddedSplit,
     cache: RwLock<WordCache>,
@@ -82,15 +91,15 @@ impl ByteBpe {
     /// when they are added and keeps it when the normalizer is replaced, while this reads the
     /// normalizer of now; and it must hold no added text twice (the caller checks the file).
     pub(super) fn of(t: &tokenizers::Tokenizer) -> Option<ByteBpe> {
-        let normalizer_keeps_ascii = matches!(
-            t.get_normalizer(),
-            None | Some(
-                NormalizerWrapper::NFC(_)
-                    | NormalizerWrapper::NFD(_)
-                    | NormalizerWrapper::NFKC(_)
-                    | NormalizerWrapper::NFKD(_)
-            )
-        );
+        let form = match t.get_normalizer() {
+            None => Some(Form::None),
+            Some(NormalizerWrapper::NFC(_)) => Some(Form::Nfc),
+            Some(NormalizerWrapper::NFD(_)) => Some(Form::Nfd),
+            Some(NormalizerWrapper::NFKC(_)) => Some(Form::Nfkc),
+            Some(NormalizerWrapper::NFKD(_)) => Some(Form::Nfkd),
+            Some(_) => None,
+        };
+        let normalizer_keeps_ascii = form.is_some();
         let gpt2_split = matches!(
             t.get_pre_tokenizer(),
             Some(PreTokenizerWrapper::ByteLevel(b)) if b.use_regex && !b.add_prefix_space
@@ -102,6 +111,7 @@ impl ByteBpe {
             && bpe.continuing_subword_prefix.is_none()
             && bpe.end_of_word_suffix.is_none()
             && !bpe.ignore_merges;
+        let form = form?;
         if !(normalizer_keeps_ascii
             && gpt2_split
             && plain_bpe
@@ -115,8 +125,13 @@ impl ByteBpe {
         let model = serde_json::to_value(bpe).ok()?;
         let vocab = model.get("vocab")?.as_object()?;
         let id = |token: &str| u32::try_from(vocab.get(token)?.as_u64()?).ok();
-        let mut byte_ids = [0u32; 128];
+        // Bytes that never occur in UTF-8 (0xc0, 0xc1, 0xf5-0xff) need no token, and
+        // vocabularies leave them out.
+        let mut byte_ids = [u32::MAX; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
+            if matches!(b, 0xc0 | 0xc1 | 0xf5..=0xff) {
+                continue;
+            }
             *slot = id(byte_symbol(b as u8).encode_utf8(&mut [0; 4]))?;
         }
         let listed = model.get("merges")?.as_array()?;
@@ -154,6 +169,8 @@ impl ByteBpe {
         }
         Some(ByteBpe {
             byte_ids,
+            form,
+            split_pattern: SysRegex::new(SPLIT_PATTERN).ok()?,
             merges,
             plain: AddedSplit::new(plain)?,
             normalized: AddedSplit::new(normalized)?,
@@ -161,18 +178,19 @@ impl ByteBpe {
         })
     }
 
-    /// The ids of `text`, or `None` when it is not ASCII or holds an added token that takes
-    /// the spaces around it or must stand as a word.
+    /// The ids of `text`, or `None` when it holds an added token that takes the spaces around
+    /// it or must stand as a word, or a piece the normalizer might change.
     pub(super) fn encode(&self, text: &str) -> Option<Vec<u32>> {
-        if !text.is_ascii() {
-            return None;
-        }
         let mut ids = Vec::with_capacity(text.len() / 3 + 1);
-        // The normalizer leaves ASCII as it is, so the pieces between the plain tokens are
-        // searched for the normalized ones as they stand.
+        // `tokenizers` normalizes each piece the plain tokens leave, then searches it for the
+        // normalized ones. A piece the normalizer is seen to keep as it is (ASCII always) is
+        // searched as it stands; any other sends the whole text to `tokenizers`.
         self.split(&self.plain, text, &mut ids, &mut |piece, ids| {
+            if !self.form.keeps(piece) {
+                return None;
+            }
             self.split(&self.normalized, piece, ids, &mut |piece, ids| {
-                self.pieces(piece.as_bytes(), ids);
+                self.pieces(piece, ids);
                 Some(())
             })
         })?;
@@ -207,7 +225,23 @@ impl ByteBpe {
     }
 
     /// Appends the ids of text without added tokens: the pre-tokenizer's pieces, merged.
-    fn pieces(&self, bytes: &[u8], ids: &mut Vec<u32>) {
+    fn pieces(&self, text: &str, ids: &mut Vec<u32>) {
+        let bytes = text.as_bytes();
+        if !text.is_ascii() {
+            // The pre-tokenizer's own pattern and engine; what it does not match stays a piece.
+            let mut last = 0;
+            for (start, end) in self.split_pattern.find_iter(text) {
+                if start > last {
+                    self.word(&bytes[last..start], ids);
+                }
+                self.word(&bytes[start..end], ids);
+                last = end;
+            }
+            if last < bytes.len() {
+                self.word(&bytes[last..], ids);
+            }
+            return;
+        }
         let mut at = 0;
         while at < bytes.len() {
             let end = piece_end(bytes, at);
@@ -326,14 +360,52 @@ fn one_sequence(t: &tokenizers::Tokenizer) -> bool {
         && sequences[0].get("id").and_then(|v| v.as_str()) == Some("A")
 }
 
-/// GPT-2's byte-to-character map for ASCII: printable bytes stand for themselves, the others
-/// (controls, space, DEL) take the characters from U+0100 on, in byte order.
-fn byte_symbol(b: u8) -> char {
-    match b {
-        b'!'..=b'~' => char::from(b),
-        0..=b' ' => char::from_u32(0x100 + u32::from(b)).unwrap_or('\0'),
-        _ => '\u{121}',
+/// The `ByteLevel` pre-tokenizer's split (GPT-2's), as `tokenizers` 0.22.2 compiles it.
+const SPLIT_PATTERN: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// The normalizers whose output the fast path can check without running them.
+#[derive(Debug, Clone, Copy)]
+enum Form {
+    None,
+    Nfc,
+    Nfd,
+    Nfkc,
+    Nfkd,
+}
+
+impl Form {
+    /// Whether normalizing `text` certainly leaves it as it is: ASCII, or a quick check that
+    /// says yes (it says "maybe" wherever only running the normalizer would tell).
+    fn keeps(self, text: &str) -> bool {
+        use unicode_normalization::{is_nfc_quick, is_nfd_quick, is_nfkc_quick, is_nfkd_quick};
+        if text.is_ascii() {
+            return true;
+        }
+        let chars = text.chars();
+        IsNormalized::Yes
+            == match self {
+                Form::None => return true,
+                Form::Nfc => is_nfc_quick(chars),
+                Form::Nfd => is_nfd_quick(chars),
+                Form::Nfkc => is_nfkc_quick(chars),
+                Form::Nfkd => is_nfkd_quick(chars),
+            }
     }
+}
+
+/// GPT-2's byte-to-character map: the printable bytes of ASCII and Latin-1 stand for
+/// themselves, the others (controls, space, DEL, the C1 block, no-break space, soft hyphen)
+/// take the characters from U+0100 on, in byte order.
+fn byte_symbol(b: u8) -> char {
+    let code = match b {
+        b'!'..=b'~' | 0xa1..=0xac | 0xae..=0xff => u32::from(b),
+        0..=b' ' => 0x100 + u32::from(b),
+        0x7f => 0x121,
+        0x80..=0xa0 => 0x122 + u32::from(b - 0x80),
+        0xad => 0x143,
+    };
+    char::from_u32(code).unwrap_or('\0')
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -395,6 +467,16 @@ mod tests {
 
     #[test]
     fn byte_symbols_are_gpt2s() {
+        let ours: std::collections::HashSet<char> = (0..=255u8).map(byte_symbol).collect();
+        let theirs: std::collections::HashSet<char> =
+            tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
+                .into_iter()
+                .collect();
+        assert_eq!(ours, theirs);
+        assert_eq!(byte_symbol(0x80), '\u{122}');
+        assert_eq!(byte_symbol(0xa0), '\u{142}');
+        assert_eq!(byte_symbol(0xad), '\u{143}');
+        assert_eq!(byte_symbol(0xe9), '\u{e9}');
         assert_eq!(byte_symbol(b' '), '\u{120}');
         assert_eq!(byte_symbol(b'\n'), '\u{10a}');
         assert_eq!(byte_symbol(0), '\u{100}');

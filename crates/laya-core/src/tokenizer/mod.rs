@@ -43,7 +43,7 @@ pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     /// `inner` without its normalizer, for ASCII text (see [`Tokenizer::encode`]).
     ascii: Option<tokenizers::Tokenizer>,
-    /// Byte-level BPE done here, for ASCII text (see [`byte_bpe`]).
+    /// Byte-level BPE done here, for text the normalizer keeps as it is (see [`byte_bpe`]).
     fast: Option<Arc<ByteBpe>>,
     pub cls: Special,
     pub sep: Special,
@@ -293,6 +293,52 @@ mod tests {
             }
             texts.push(t);
         }
+        // Text beyond ASCII: letters, digits and spaces of other scripts and both of Unicode's
+        // spaces classes, four-byte characters, and characters the normalizer changes or might
+        // (a combining acute, the Angstrom and Kelvin signs, a ligature, a superscript).
+        let wide: [&str; 28] = [
+            "\u{e9}",
+            "\u{df}",
+            "\u{f1}",
+            "\u{2019}",
+            "\u{201c}",
+            "\u{201d}",
+            "\u{2014}",
+            "\u{2026}",
+            "\u{20ac}",
+            "\u{4e2d}\u{6587}",
+            "\u{65e5}\u{672c}",
+            "\u{439}",
+            "\u{3a9}",
+            "\u{627}\u{644}",
+            "\u{a0}",
+            "\u{3000}",
+            "\u{2028}",
+            "\u{1f600}",
+            "\u{301}",
+            "\u{fb01}",
+            "\u{212b}",
+            "\u{212a}",
+            "\u{2460}",
+            "\u{b2}",
+            "\u{663}",
+            "\u{1c5}",
+            "\u{85}",
+            "\u{ad}",
+        ];
+        for _ in 0..20_000 {
+            let len = (next() % 32) as usize;
+            let mut t = String::new();
+            for _ in 0..len {
+                let r = next();
+                match r % 4 {
+                    0 => t.push_str(pieces[(r / 4 % pieces.len() as u64) as usize]),
+                    1 => t.push_str(wide[(r / 4 % wide.len() as u64) as usize]),
+                    _ => t.push(char::from((r / 4 % 128) as u8)),
+                }
+            }
+            texts.push(t);
+        }
         texts
     }
 
@@ -351,13 +397,14 @@ mod tests {
                 .fast
                 .as_ref()
                 .expect("a byte-level BPE tokenizer gets the fast path");
-            let (mut answered, mut split) = (0, 0);
+            let (mut answered, mut split, mut wide) = (0, 0, 0);
             for text in &texts {
                 let Some(ids) = fast.encode(text) else {
                     continue;
                 };
                 answered += 1;
                 split += usize::from(text.contains("  ") || text.contains("[CLS]"));
+                wide += usize::from(!text.is_ascii());
                 let full = t.inner.encode_fast(text.as_str(), false).expect("encode");
                 assert_eq!(ids, full.get_ids(), "{c}: {text:?}");
                 // The second time comes from the cache.
@@ -372,9 +419,13 @@ mod tests {
                 split * 4 > texts.len(),
                 "{c}: only {split} answered texts held an added token"
             );
-            // `[MASK]` takes the spaces before it, and non-ASCII text may normalize: both go
-            // through `tokenizers`.
-            for text in ["a [MASK] b", "caf\u{e9}"] {
+            assert!(
+                wide * 10 > texts.len(),
+                "{c}: only {wide} answered texts were not ASCII"
+            );
+            // `[MASK]` takes the spaces before it, and NFC composes `e` and a combining acute:
+            // both go through `tokenizers`.
+            for text in ["a [MASK] b", "cafe\u{301}"] {
                 assert!(fast.encode(text).is_none(), "{text:?}");
             }
         }
