@@ -3,8 +3,8 @@
 //! `tokenizers` keeps every piece of the text aligned with the original, allocating for each
 //! piece and each character; on a state of 512 tokens that was most of a decision's host time.
 //! Nothing here reads offsets (upstream keeps only `input_ids`). So for a tokenizer whose
-//! pipeline this module reproduces exactly (checked by [`ByteBpe::of`]: a normalizer that
-//! leaves ASCII as it is, the GPT-2 `ByteLevel` split without a prefix space, BPE without
+//! pipeline this module reproduces exactly (checked by [`ByteBpe::of`]: no normalizer or one of
+//! NFC, NFD, NFKC and NFKD, the GPT-2 `ByteLevel` split without a prefix space, BPE without
 //! dropout, prefix or suffix, a post-processor that adds nothing without special tokens, no
 //! truncation or padding), text is split on the added tokens as `tokenizers` splits it, and
 //! the rest split, mapped to bytes' symbols and merged here, with `tokenizers`' own merge
@@ -22,7 +22,7 @@ use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::utils::SysRegex;
 use tokenizers::{ModelWrapper, NormalizedString, Normalizer};
-use unicode_normalization::IsNormalized;
+use unicode_normalization_alignments::IsNormalized;
 
 /// Words cached, and the longest one cached (in bytes): `tokenizers`' own BPE cache bounds.
 const CACHE_WORDS: usize = 10_000;
@@ -99,7 +99,6 @@ impl ByteBpe {
             Some(NormalizerWrapper::NFKD(_)) => Some(Form::Nfkd),
             Some(_) => None,
         };
-        let normalizer_keeps_ascii = form.is_some();
         let gpt2_split = matches!(
             t.get_pre_tokenizer(),
             Some(PreTokenizerWrapper::ByteLevel(b)) if b.use_regex && !b.add_prefix_space
@@ -112,8 +111,7 @@ impl ByteBpe {
             && bpe.end_of_word_suffix.is_none()
             && !bpe.ignore_merges;
         let form = form?;
-        if !(normalizer_keeps_ascii
-            && gpt2_split
+        if !(gpt2_split
             && plain_bpe
             && one_sequence(t)
             && t.get_truncation().is_none()
@@ -125,14 +123,17 @@ impl ByteBpe {
         let model = serde_json::to_value(bpe).ok()?;
         let vocab = model.get("vocab")?.as_object()?;
         let id = |token: &str| u32::try_from(vocab.get(token)?.as_u64()?).ok();
-        // Bytes that never occur in UTF-8 (0xc0, 0xc1, 0xf5-0xff) need no token, and
-        // vocabularies leave them out.
-        let mut byte_ids = [u32::MAX; 256];
+        // Every ASCII byte's token is needed; a byte beyond ASCII without one (ModernBERT's
+        // vocabulary leaves out those UTF-8 never holds: 0xc0, 0xc1, 0xf5-0xff) keeps
+        // `NO_TOKEN`, and text holding it goes through `tokenizers`.
+        let mut byte_ids = [NO_TOKEN; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
-            if matches!(b, 0xc0 | 0xc1 | 0xf5..=0xff) {
-                continue;
+            let token = id(byte_symbol(b as u8).encode_utf8(&mut [0; 4]));
+            match token {
+                Some(token) => *slot = token,
+                None if b < 128 => return None,
+                None => {}
             }
-            *slot = id(byte_symbol(b as u8).encode_utf8(&mut [0; 4]))?;
         }
         let listed = model.get("merges")?.as_array()?;
         let mut merges = FxHashMap::default();
@@ -181,6 +182,13 @@ impl ByteBpe {
     /// The ids of `text`, or `None` when it holds an added token that takes the spaces around
     /// it or must stand as a word, or a piece the normalizer might change.
     pub(super) fn encode(&self, text: &str) -> Option<Vec<u32>> {
+        if !text.is_ascii()
+            && text
+                .bytes()
+                .any(|b| self.byte_ids[usize::from(b)] == NO_TOKEN)
+        {
+            return None;
+        }
         let mut ids = Vec::with_capacity(text.len() / 3 + 1);
         // `tokenizers` normalizes each piece the plain tokens leave, then searches it for the
         // normalized ones. A piece the normalizer is seen to keep as it is (ASCII always) is
@@ -360,6 +368,9 @@ fn one_sequence(t: &tokenizers::Tokenizer) -> bool {
         && sequences[0].get("id").and_then(|v| v.as_str()) == Some("A")
 }
 
+/// A byte without a token in the vocabulary.
+const NO_TOKEN: u32 = u32::MAX;
+
 /// The `ByteLevel` pre-tokenizer's split (GPT-2's), as `tokenizers` 0.22.2 compiles it.
 const SPLIT_PATTERN: &str =
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
@@ -376,9 +387,12 @@ enum Form {
 
 impl Form {
     /// Whether normalizing `text` certainly leaves it as it is: ASCII, or a quick check that
-    /// says yes (it says "maybe" wherever only running the normalizer would tell).
+    /// says yes (it says "maybe" wherever only running the normalizer would tell). The check
+    /// is the one of the crate whose tables `tokenizers`' normalizers use.
     fn keeps(self, text: &str) -> bool {
-        use unicode_normalization::{is_nfc_quick, is_nfd_quick, is_nfkc_quick, is_nfkd_quick};
+        use unicode_normalization_alignments::{
+            is_nfc_quick, is_nfd_quick, is_nfkc_quick, is_nfkd_quick,
+        };
         if text.is_ascii() {
             return true;
         }
