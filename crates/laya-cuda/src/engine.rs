@@ -652,7 +652,6 @@ impl CudaEngine {
         // `rope`: the tables of the layer, which only the rows kernel reads.
         let attention =
             |q: u64, ld: usize, out: u64, rope: Option<&crate::weights::Rope>, window: i32| {
-                let (rc, rs) = rope.map_or((0, 0), |r| (r.cos.ptr(), r.sin.ptr()));
                 match self.settings.attention {
                     Attention::TensorCore => Args::new()
                         .ptr(q)
@@ -673,25 +672,28 @@ impl CudaEngine {
                             0,
                             stream,
                         ),
-                    Attention::Rows => Args::new()
-                        .ptr(q)
-                        .i32(ld as i32)
-                        .ptr(0)
-                        .ptr(q + (d * 2) as u64)
-                        .ptr(q + (2 * d * 2) as u64)
-                        .i32(ld as i32)
-                        .ptr(out)
-                        .i32(di)
-                        .ptr(meta(o.key_start))
-                        .ptr(meta(o.key_end))
-                        .ptr(meta(o.pos))
-                        .ptr(rc)
-                        .ptr(rs)
-                        .i32(window)
-                        .i32(ti)
-                        .i32(heads as i32)
-                        .f32(scale)
-                        .launch(k.attention_rows, ((t * heads) as u32, 1, 1), 128, 0, stream),
+                    Attention::Rows => {
+                        let (rc, rs) = rope.map_or((0, 0), |r| (r.cos.ptr(), r.sin.ptr()));
+                        Args::new()
+                            .ptr(q)
+                            .i32(ld as i32)
+                            .ptr(0)
+                            .ptr(q + (d * 2) as u64)
+                            .ptr(q + (2 * d * 2) as u64)
+                            .i32(ld as i32)
+                            .ptr(out)
+                            .i32(di)
+                            .ptr(meta(o.key_start))
+                            .ptr(meta(o.key_end))
+                            .ptr(meta(o.pos))
+                            .ptr(rc)
+                            .ptr(rs)
+                            .i32(window)
+                            .i32(ti)
+                            .i32(heads as i32)
+                            .f32(scale)
+                            .launch(k.attention_rows, ((t * heads) as u32, 1, 1), 128, 0, stream)
+                    }
                 }
             };
 

@@ -113,6 +113,7 @@ impl ByteBpe {
         let form = form?;
         if !(gpt2_split
             && plain_bpe
+            && !t.get_encode_special_tokens()
             && one_sequence(t)
             && t.get_truncation().is_none()
             && t.get_padding().is_none())
@@ -149,9 +150,6 @@ impl ByteBpe {
             merges
                 .entry(key)
                 .or_insert((u32::try_from(rank).ok()?, merged));
-        }
-        if t.get_encode_special_tokens() {
-            return None;
         }
         // As `tokenizers` builds its two searches: a normalized token is looked for by its
         // normalized text (NFC can make ASCII of a token that is not: the Kelvin sign is `K`).
@@ -507,14 +505,9 @@ mod tests {
         tokenizers::Tokenizer::from_file(path).expect("fixture tokenizer")
     }
 
-    /// A normalized added token that NFC turns into ASCII (the Kelvin sign is `K`) splits
-    /// ASCII text in `tokenizers`, and so here.
-    #[test]
-    fn added_tokens_are_looked_for_as_normalized() {
-        let mut t = fixture_tokenizer();
-        t.add_tokens(&[tokenizers::AddedToken::from("\u{212a}", false).normalized(true)]);
-        let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
-        for text in ["OK then", "ok then", "KK", "a Kb K"] {
+    /// The fast path answers each of `texts`, with `tokenizers`' ids.
+    fn assert_same_ids(t: &tokenizers::Tokenizer, fast: &ByteBpe, texts: &[&str]) {
+        for &text in texts {
             let full = t.encode_fast(text, false).expect("encode");
             assert_eq!(
                 fast.encode(text).as_deref(),
@@ -522,6 +515,16 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    /// A normalized added token that NFC turns into ASCII (the Kelvin sign is `K`) splits
+    /// ASCII text in `tokenizers`, and so here.
+    #[test]
+    fn added_tokens_are_looked_for_as_normalized() {
+        let mut t = fixture_tokenizer();
+        t.add_tokens(&[tokenizers::AddedToken::from("\u{212a}", false).normalized(true)]);
+        let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
+        assert_same_ids(&t, &fast, &["OK then", "ok then", "KK", "a Kb K"]);
         let kelvin = t.token_to_id("\u{212a}").expect("added");
         assert_eq!(
             fast.encode("OK").as_deref(),
@@ -538,14 +541,7 @@ mod tests {
         t.add_tokens(&[tokenizers::AddedToken::from("a<", false).normalized(true)]);
         let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
         let x = t.token_to_id("<x>").expect("added");
-        for text in ["a<x>", "a<a<x>b", "a<xa<"] {
-            let full = t.encode_fast(text, false).expect("encode");
-            assert_eq!(
-                fast.encode(text).as_deref(),
-                Some(full.get_ids()),
-                "{text:?}"
-            );
-        }
+        assert_same_ids(&t, &fast, &["a<x>", "a<a<x>b", "a<xa<"]);
         let ids = fast.encode("a<x>").expect("ascii");
         assert_eq!(ids.last(), Some(&x), "{ids:?}");
         assert_ne!(ids.first(), t.token_to_id("a<").as_ref(), "{ids:?}");
@@ -566,14 +562,7 @@ mod tests {
         for text in ["a <l> b", "a <r> b", "a word b", "swordfish"] {
             assert_eq!(fast.encode(text), None, "{text:?}");
         }
-        for text in ["a <p> b", "<p><p>x  <p>", "a<p>"] {
-            let full = t.encode_fast(text, false).expect("encode");
-            assert_eq!(
-                fast.encode(text).as_deref(),
-                Some(full.get_ids()),
-                "{text:?}"
-            );
-        }
+        assert_same_ids(&t, &fast, &["a <p> b", "<p><p>x  <p>", "a<p>"]);
     }
 
     /// A template that repeats the sequence changes the ids even without special tokens.

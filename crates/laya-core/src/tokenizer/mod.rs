@@ -280,19 +280,23 @@ mod tests {
             "<|padding|>",
             "|||EMAIL_ADDRESS|||",
         ];
-        for _ in 0..20_000 {
-            let len = (next() % 48) as usize;
-            let mut t = String::new();
-            for _ in 0..len {
-                let r = next();
-                if r % 3 == 0 {
-                    t.push_str(pieces[(r / 3 % pieces.len() as u64) as usize]);
-                } else {
-                    t.push(char::from((r / 3 % 128) as u8));
+        // Each character from one of `pools`, or (twice as likely) any ASCII byte.
+        let mut random = |count: usize, max_len: u64, pools: &[&[&str]]| {
+            let k = pools.len() as u64 + 2;
+            for _ in 0..count {
+                let len = next() % max_len;
+                let mut t = String::new();
+                for _ in 0..len {
+                    let r = next();
+                    match pools.get((r % k) as usize) {
+                        Some(pool) => t.push_str(pool[(r / k % pool.len() as u64) as usize]),
+                        None => t.push(char::from((r / k % 128) as u8)),
+                    }
                 }
+                texts.push(t);
             }
-            texts.push(t);
-        }
+        };
+        random(20_000, 48, &[&pieces]);
         // Text beyond ASCII: letters, digits and spaces of other scripts and both of Unicode's
         // spaces classes, four-byte characters, and characters the normalizer changes or might
         // (a combining acute, the Angstrom and Kelvin signs, a ligature, a superscript).
@@ -326,19 +330,7 @@ mod tests {
             "\u{85}",
             "\u{ad}",
         ];
-        for _ in 0..20_000 {
-            let len = (next() % 32) as usize;
-            let mut t = String::new();
-            for _ in 0..len {
-                let r = next();
-                match r % 4 {
-                    0 => t.push_str(pieces[(r / 4 % pieces.len() as u64) as usize]),
-                    1 => t.push_str(wide[(r / 4 % wide.len() as u64) as usize]),
-                    _ => t.push(char::from((r / 4 % 128) as u8)),
-                }
-            }
-            texts.push(t);
-        }
+        random(20_000, 32, &[&pieces, &wide]);
         texts
     }
 
