@@ -12,10 +12,12 @@
 //! for each of them joined late. With a general-purpose pool whose idle threads yield and
 //! sleep, one GEMM in a hundred at 207 tokens saw its second thread start 2.7-3.8 ms late,
 //! after the calling thread had done all the work alone (`results/CPU.md`). The calling
-//! thread works too, so the pool has one thread fewer than the cores.
+//! thread works too, so the pool has one thread fewer than a step uses at most (the cores,
+//! up to 8).
 
 use std::any::Any;
 use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
@@ -45,19 +47,25 @@ pub(crate) fn threads_for(rows: usize, values: usize) -> usize {
     most_threads().min(rows.max(1))
 }
 
-/// Runs every job, on this thread and the pool's, and returns when all are done. A job's
-/// panic is this call's, once every job has ended.
+/// Runs every job, on this thread and the pool's, and returns when all are done. The first
+/// job's panic is this call's, once every job has run: a job that panics stops none of the
+/// others (the callers' jobs are parts of one output).
 pub(crate) fn run<'a, F: FnOnce() + Send + 'a>(jobs: impl IntoIterator<Item = F>) {
     let jobs: Vec<Mutex<Option<F>>> = jobs.into_iter().map(|j| Mutex::new(Some(j))).collect();
     let next = AtomicUsize::new(0);
+    let panic: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
     broadcast(jobs.len(), || {
         while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
             let job = job.lock().unwrap_or_else(PoisonError::into_inner).take();
-            if let Some(job) = job {
-                job();
+            if let Some(Err(payload)) = job.map(|j| catch_unwind(AssertUnwindSafe(j))) {
+                let mut first = panic.lock().unwrap_or_else(PoisonError::into_inner);
+                first.get_or_insert(payload);
             }
         }
     });
+    if let Some(payload) = panic.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        resume_unwind(payload);
+    }
 }
 
 /// Runs `work` on up to `threads` threads (this one among them, the others as the pool has
@@ -69,8 +77,9 @@ pub(crate) fn broadcast(threads: usize, work: impl Fn() + Sync) {
     let Some(pool) = (helpers > 0).then(Pool::get).flatten() else {
         return work();
     };
-    // One step at a time: a second caller (another engine's thread, or a step started from
-    // inside a step) runs its work alone rather than wait for the pool.
+    // One step at a time. A second caller runs its work alone: waiting for the pool would
+    // leave its own core idle meanwhile, and a step started from inside a step would wait
+    // for itself.
     let _turn = match pool.turn.try_lock() {
         Ok(turn) => turn,
         Err(TryLockError::Poisoned(turn)) => turn.into_inner(),
@@ -88,12 +97,13 @@ pub(crate) fn broadcast(threads: usize, work: impl Fn() + Sync) {
     unsafe { *pool.work.get() = Some(work) };
     pool.finished.store(0, Ordering::Relaxed);
     pool.seats.store(helpers, Ordering::Release);
+    // From the moment a seat is open, whatever happens, the step ends by closing them.
+    let join = Join { pool, helpers };
     pool.epoch.fetch_add(1, Ordering::SeqCst);
     if pool.sleeping.load(Ordering::SeqCst) > 0 {
         let _sleep = pool.sleep.lock().unwrap_or_else(PoisonError::into_inner);
         pool.wake.notify_all();
     }
-    let join = Join { pool, helpers };
     work();
     drop(join);
     let panic = pool
@@ -102,7 +112,7 @@ pub(crate) fn broadcast(threads: usize, work: impl Fn() + Sync) {
         .unwrap_or_else(PoisonError::into_inner)
         .take();
     if let Some(payload) = panic {
-        std::panic::resume_unwind(payload);
+        resume_unwind(payload);
     }
 }
 
@@ -173,14 +183,29 @@ impl Pool {
             }
             // SAFETY: a seat is taken, so the work is this step's and outlives the seat.
             let work = unsafe { *self.work.get() };
-            if let Some(work) = work {
-                if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
-                {
-                    let mut panic = self.panic.lock().unwrap_or_else(PoisonError::into_inner);
-                    panic.get_or_insert(payload);
-                }
-            }
+            let extra = match work.map(|work| catch_unwind(AssertUnwindSafe(work))) {
+                Some(Err(payload)) => self.keep_panic(payload),
+                _ => None,
+            };
             self.finished.fetch_add(1, Ordering::Release);
+            // A second panic's payload is dropped only once the seat is given back, where a
+            // panic in its own `Drop` cannot keep the caller waiting.
+            if let Some(payload) = extra {
+                let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+            }
+        }
+    }
+
+    /// Keeps the step's first panic for the caller, before the seat is given back (after,
+    /// the caller may have looked already); returns any later one.
+    fn keep_panic(&self, payload: Box<dyn Any + Send>) -> Option<Box<dyn Any + Send>> {
+        let mut panic = self.panic.lock().unwrap_or_else(PoisonError::into_inner);
+        match *panic {
+            Some(_) => Some(payload),
+            None => {
+                *panic = Some(payload);
+                None
+            }
         }
     }
 
@@ -202,7 +227,10 @@ impl Pool {
             let mut sleep = self.sleep.lock().unwrap_or_else(PoisonError::into_inner);
             self.sleeping.fetch_add(1, Ordering::SeqCst);
             while self.epoch.load(Ordering::SeqCst) == seen {
-                sleep = self.wake.wait(sleep).unwrap_or_else(PoisonError::into_inner);
+                sleep = self
+                    .wake
+                    .wait(sleep)
+                    .unwrap_or_else(PoisonError::into_inner);
             }
             self.sleeping.fetch_sub(1, Ordering::SeqCst);
             drop(sleep);
@@ -217,7 +245,9 @@ impl Pool {
     }
 }
 
-/// The end of a step: closes its seats and waits for the threads that took one.
+/// The end of a step: closes its seats and waits for the threads that took one. It waits
+/// spinning, then yielding, never asleep: a thread holding a seat is running the step's
+/// last items, which take at most one item's time.
 struct Join {
     pool: &'static Pool,
     helpers: usize,
@@ -237,6 +267,10 @@ impl Drop for Join {
         }
         // SAFETY: the seats are closed and every thread that took one has returned.
         unsafe { *self.pool.work.get() = None };
+        // Unwinding, the caller's own panic is the one it carries on with.
+        if std::thread::panicking() {
+            let _ = self.pool.panic.lock().map(|mut p| p.take());
+        }
     }
 }
 
@@ -273,7 +307,10 @@ mod tests {
         let items: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
         for threads in 1..5 {
             let calls = share(threads, &items);
-            assert!((1..=threads).contains(&calls), "{calls} calls for {threads}");
+            assert!(
+                (1..=threads).contains(&calls),
+                "{calls} calls for {threads}"
+            );
         }
         assert!(items.iter().all(|i| i.load(Ordering::Relaxed) == 4));
     }
@@ -287,11 +324,14 @@ mod tests {
                     for _ in 0..200 {
                         let inner = AtomicUsize::new(0);
                         super::broadcast(2, || {
-                            super::run((0..3).map(|_| || {
-                                inner.fetch_add(1, Ordering::Relaxed);
+                            super::run((0..3).map(|_| {
+                                || {
+                                    inner.fetch_add(1, Ordering::Relaxed);
+                                }
                             }));
                         });
-                        assert!(inner.load(Ordering::Relaxed) >= 3);
+                        // `run`'s three jobs, once on each thread that ran the step.
+                        assert!([3, 6].contains(&inner.load(Ordering::Relaxed)));
                         share(2, &items);
                     }
                 });
@@ -301,13 +341,111 @@ mod tests {
     }
 
     #[test]
-    fn a_jobs_panic_reaches_the_caller_and_no_later_step() {
+    fn every_job_runs_though_one_panics_and_the_panic_reaches_the_caller() {
         for _ in 0..50 {
+            let done: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
             let caught = std::panic::catch_unwind(|| {
-                super::run((0..4).map(|i| move || assert_ne!(i, 2, "job 2 fails")));
+                super::run(done.iter().enumerate().map(|(i, d)| {
+                    move || {
+                        d.fetch_add(1, Ordering::Relaxed);
+                        assert_ne!(i, 2, "job 2 fails");
+                    }
+                }));
             });
             assert!(caught.is_err());
-            super::run((0..4).map(|_| || ()));
+            assert!(done.iter().all(|d| d.load(Ordering::Relaxed) == 1));
         }
+    }
+
+    fn on_pool_thread() -> bool {
+        std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("laya-host-"))
+    }
+
+    /// Broadcasts to two threads, giving a pool thread up to a second to join in; whether one
+    /// ran `work`.
+    fn with_pool_thread(work: impl Fn() + Sync) -> bool {
+        let joined = std::sync::atomic::AtomicBool::new(false);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            super::broadcast(2, || {
+                if on_pool_thread() {
+                    joined.store(true, Ordering::Relaxed);
+                } else {
+                    let start = std::time::Instant::now();
+                    while !joined.load(Ordering::Relaxed)
+                        && start.elapsed() < std::time::Duration::from_secs(1)
+                    {
+                        std::hint::spin_loop();
+                    }
+                }
+                work();
+            })
+        }));
+        joined.into_inner()
+    }
+
+    #[test]
+    fn pool_threads_join_in_after_sleeping() {
+        if super::most_threads() < 2 {
+            return;
+        }
+        // Other tests' steps may hold the pool for a moment: then this step runs alone.
+        let joined = (0..50).any(|_| {
+            std::thread::sleep(super::SPIN * 5);
+            with_pool_thread(|| ())
+        });
+        assert!(joined, "no pool thread joined a step in 50 tries");
+    }
+
+    #[test]
+    fn a_pool_threads_panic_reaches_the_caller_and_no_later_step() {
+        if super::most_threads() < 2 {
+            return;
+        }
+        let panicked = |on_caller_too: bool| {
+            let reached = std::sync::atomic::AtomicBool::new(false);
+            let joined = with_pool_thread(|| {
+                if on_pool_thread() || on_caller_too {
+                    panic!("the step fails");
+                }
+            }) && {
+                let caught = std::panic::catch_unwind(|| {
+                    super::broadcast(2, || reached.store(true, Ordering::Relaxed))
+                });
+                assert!(caught.is_ok(), "a later step carried an old panic");
+                true
+            };
+            joined && reached.into_inner()
+        };
+        for on_caller_too in [false, true] {
+            assert!((0..50).any(|_| panicked(on_caller_too)));
+        }
+        // The pool thread's panic, alone, is the caller's.
+        let caught = (0..50).find_map(|_| {
+            let ran = std::sync::atomic::AtomicBool::new(false);
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                with_pool_thread_unwinding(&ran)
+            }));
+            ran.into_inner().then_some(caught)
+        });
+        assert!(matches!(caught, Some(Err(_))), "{caught:?}");
+    }
+
+    /// A step whose pool thread panics, its panic left to reach this caller; sets `ran` if a
+    /// pool thread took part.
+    fn with_pool_thread_unwinding(ran: &std::sync::atomic::AtomicBool) {
+        let start = std::time::Instant::now();
+        super::broadcast(2, || {
+            if on_pool_thread() {
+                ran.store(true, Ordering::Relaxed);
+                panic!("the pool thread fails");
+            }
+            while !ran.load(Ordering::Relaxed)
+                && start.elapsed() < std::time::Duration::from_secs(1)
+            {
+                std::hint::spin_loop();
+            }
+        });
     }
 }
