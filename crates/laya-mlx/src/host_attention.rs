@@ -36,6 +36,26 @@ const KT: usize = 32;
 /// Keys scored at once: the accumulators of a query block stay in registers.
 const KEY_TILE: usize = 16;
 
+/// Tokens ahead whose query, key and value a head's packing asks the cache for: each is
+/// 256 bytes of a row many kilobytes long, which the hardware's prefetchers do not follow.
+const PREFETCH: usize = 8;
+
+/// Asks for `x`'s cache lines ahead of their use (a hint only; nothing changes but timing).
+#[inline(always)]
+fn prefetch(x: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in x.chunks(16) {
+        // SAFETY: a prefetch reads nothing the program sees, and the address is in `x`.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr() as *const i8
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
 /// `cos` and `sin` of every (position, frequency) of one θ, row-major `[pos][hd/2]`.
 #[derive(Debug)]
 pub(crate) struct RopeTable {
@@ -277,6 +297,9 @@ impl Job<'_> {
         let mut kp = vec![0f32; lp * HD];
         let mut v = vec![0f32; lp * HD];
         for i in 0..nq {
+            if i + PREFETCH < nq {
+                prefetch(self.q_at(qs.start + i + PREFETCH, h));
+            }
             let (src, qi) = (self.q_at(qs.start + i, h), &mut q[i * HD..(i + 1) * HD]);
             match self.rope {
                 Some(rope) => {
@@ -295,6 +318,11 @@ impl Job<'_> {
             }
         }
         for i in 0..len {
+            if i + PREFETCH < len {
+                let (k, v) = self.kv_at(ks.start + i + PREFETCH, h);
+                prefetch(k);
+                prefetch(v);
+            }
             let (ksrc, vsrc) = self.kv_at(ks.start + i, h);
             v[i * HD..(i + 1) * HD].copy_from_slice(vsrc);
             let kt = &mut kp[(i / KT) * HD * KT + i % KT..];
