@@ -5,10 +5,12 @@
 //! tracing span, and await the reply. The thread builds its engines itself, so no device value
 //! crosses threads, and inference never runs on the I/O threads.
 //!
-//! Whatever is queued when the worker looks is taken together: on an engine whose answers do
-//! not depend on their batch mates the requests share forward passes
+//! On an engine whose answers do not depend on their batch mates, whatever is queued when the
+//! worker looks is taken together and the requests share forward passes
 //! ([`laya_core::decide::decide_prepared`]), each still getting the answer it would get
-//! alone. Nothing waits for more requests to arrive.
+//! alone. Nothing waits for more requests to arrive. On any other engine (MLX's) the worker
+//! takes one request at a time, so that each answer leaves as soon as it is done, with its
+//! own inference time.
 //!
 //! On such an engine a request is also prepared (routed, checked, tokenized and laid out,
 //! [`laya_core::decide::prepare`]) on a blocking thread of its own before it is queued, from
@@ -343,7 +345,11 @@ where
                     }
                 };
                 let mut jobs = vec![job];
-                if pass_tokens > 0 {
+                // Only where requests can share passes (resident agents with layouts, on an
+                // engine whose rows do not depend on their batch mates) is the queue taken
+                // together. Elsewhere each request runs alone anyway: taken together, each
+                // answer would wait for the last one's and count its time as its own.
+                if pass_tokens > 0 && shares_passes(&shared) {
                     jobs.extend(rx.try_iter().take(capacity));
                 }
                 // The client disconnected, or its deadline passed, while it was queued: nobody
@@ -428,6 +434,16 @@ where
         ready_rx,
         thread,
     ))
+}
+
+/// Whether queued requests can share forward passes: some resident agent has a layout
+/// ([`Layouts::of`] lays out only batch-invariant ones), as [`WorkerHandle::prepare`] asks.
+fn shares_passes(published: &Mutex<Published>) -> bool {
+    !published
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .layouts
+        .is_empty()
 }
 
 fn publish_layouts(to: &Mutex<Published>, layouts: Layouts) {

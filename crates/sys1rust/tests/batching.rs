@@ -96,3 +96,42 @@ fn batch_tokens_zero_runs_every_request_alone() {
     }
     assert_eq!(gate.calls(), 8);
 }
+
+#[test]
+fn on_an_engine_that_cannot_share_passes_each_answer_leaves_when_it_is_done() {
+    let _serial = serial();
+    let bodies = smoke_bodies();
+    let (s, gate) = Server::gated_unshared(&["--max-concurrent", "16"]);
+    // The first request holds the engine; two more queue behind it.
+    let first = post(s.addr, bodies[0].clone());
+    gate.wait_calls(1);
+    let second = post(s.addr, bodies[1].clone());
+    let third = post(s.addr, bodies[2].clone());
+    s.wait_admitted(3, None);
+    // Admitted is not yet queued (see above).
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Two passes go through: the first request's and that of whichever queued request the
+    // worker takes next (the two clients race to the queue); the last one's is held.
+    gate.let_one();
+    gate.let_one();
+    gate.wait_calls(3);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let done = |q: &[&std::thread::JoinHandle<(u16, String)>]| {
+        q.iter().filter(|t| t.is_finished()).count()
+    };
+    while done(&[&second, &third]) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Taken together, neither answer would leave before the held pass.
+    let left_early = done(&[&second, &third]);
+    gate.open();
+    for (i, t) in [first, second, third].into_iter().enumerate() {
+        let (status, text) = t.join().expect("client");
+        assert_eq!(status, 200, "request {i}: {text}");
+    }
+    assert_eq!(
+        left_early, 1,
+        "the queued requests' answers waited for each other's passes"
+    );
+    assert_eq!(gate.calls(), 3, "one pass a request");
+}

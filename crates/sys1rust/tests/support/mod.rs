@@ -116,6 +116,20 @@ impl Server {
         (server, gate)
     }
 
+    /// [`Server::gated`] on an [`Unshared`] engine: every request runs alone.
+    pub fn gated_unshared(extra: &[&str]) -> (Server, std::sync::Arc<Gate>) {
+        let gate = std::sync::Arc::new(Gate::default());
+        let engine = Unshared(Gated {
+            inner: Recorded::for_checkpoint("tiny"),
+            gate: gate.clone(),
+        });
+        let server = Server::in_process(extra, &checkpoint("tiny"), move |dir| {
+            let agent = Agent::load(dir, engine).expect("tokenizer and configs");
+            Single::new(agent, None)
+        });
+        (server, gate)
+    }
+
     /// `serve --model <dir> <extra>` in process, the checkpoints built by `build` on the
     /// engine worker.
     pub fn in_process<C, B>(extra: &[&str], dir: &std::path::Path, build: B) -> Server
@@ -371,7 +385,8 @@ impl Drop for Server {
 /// keep a request running while it queues others behind it.
 #[derive(Default)]
 pub struct Gate {
-    open: std::sync::Mutex<bool>,
+    /// Whether it is open, and how many passes may go through while it is closed.
+    open: std::sync::Mutex<(bool, usize)>,
     opened: std::sync::Condvar,
     /// Forward passes started.
     calls: std::sync::atomic::AtomicUsize,
@@ -379,13 +394,19 @@ pub struct Gate {
 
 impl Gate {
     pub fn open(&self) {
-        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
         self.opened.notify_all();
     }
 
     /// Holds the passes that start from now on.
     pub fn close(&self) {
-        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).0 = false;
+    }
+
+    /// Lets one more pass through while closed (the one held now, or the next).
+    pub fn let_one(&self) {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
+        self.opened.notify_all();
     }
 
     /// Forward passes that reached the engine.
@@ -420,7 +441,15 @@ impl<F: Forward> Forward for Gated<F> {
         use std::sync::atomic::Ordering;
         self.gate.calls.fetch_add(1, Ordering::SeqCst);
         let mut open = self.gate.open.lock().unwrap_or_else(|e| e.into_inner());
-        while !*open {
+        loop {
+            match *open {
+                (true, _) => break,
+                (false, 0) => {}
+                (false, ref mut passes) => {
+                    *passes -= 1;
+                    break;
+                }
+            }
             open = self
                 .gate
                 .opened
@@ -437,6 +466,23 @@ impl<F: Forward> Forward for Gated<F> {
 
     fn batch_invariant(&self) -> bool {
         self.inner.batch_invariant()
+    }
+}
+
+/// An engine that says its rows may depend on their batch mates (as MLX's does), whatever
+/// the one inside gives: its requests never share a pass.
+pub struct Unshared<F>(pub F);
+
+impl<F: Forward> Forward for Unshared<F> {
+    fn forward(
+        &mut self,
+        rows: &[laya_core::engine::Row],
+    ) -> Result<Vec<laya_core::engine::RowLogits>, laya_core::engine::EngineError> {
+        self.0.forward(rows)
+    }
+
+    fn info(&self) -> laya_core::engine::EngineInfo {
+        self.0.info()
     }
 }
 
