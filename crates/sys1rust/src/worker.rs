@@ -392,8 +392,11 @@ where
                     Err(_) => Vec::new(),
                 };
                 if pass_tokens > 0 {
-                    // What the next requests are laid out with: the names routed so far, on
-                    // the agents resident now.
+                    // What the next requests are laid out with: the names routed so far and
+                    // those resident (a request that failed after its checkpoint loaded routed
+                    // nothing here), on the agents resident now. The worker also reads it to
+                    // know whether requests can share passes at all.
+                    let resident = checkpoints.resident().into_iter().map(|r| r.name);
                     let routed = outcomes
                         .iter()
                         .flatten()
@@ -403,7 +406,8 @@ where
                         let p = shared.lock().unwrap_or_else(|e| e.into_inner());
                         p.layouts.names().cloned().collect()
                     };
-                    let layouts = Layouts::of(&mut checkpoints, known.into_iter().chain(routed));
+                    let names = known.into_iter().chain(resident).chain(routed);
+                    let layouts = Layouts::of(&mut checkpoints, names);
                     publish_layouts(&shared, layouts);
                 }
                 for (i, job) in jobs.into_iter().enumerate() {
