@@ -363,24 +363,29 @@ mod tests {
             .is_some_and(|n| n.starts_with("laya-host-"))
     }
 
-    /// Broadcasts to two threads, giving a pool thread up to a second to join in; whether one
-    /// ran `work`.
+    /// Broadcasts `work` to two threads, giving a pool thread up to a second to join in;
+    /// `joined` says whether one did. A panic in `work` is this call's.
+    fn step_with_pool_thread(joined: &std::sync::atomic::AtomicBool, work: impl Fn() + Sync) {
+        let start = std::time::Instant::now();
+        super::broadcast(2, || {
+            if on_pool_thread() {
+                joined.store(true, Ordering::Relaxed);
+            } else {
+                while !joined.load(Ordering::Relaxed)
+                    && start.elapsed() < std::time::Duration::from_secs(1)
+                {
+                    std::hint::spin_loop();
+                }
+            }
+            work();
+        });
+    }
+
+    /// [`step_with_pool_thread`], its panic caught; whether a pool thread ran `work`.
     fn with_pool_thread(work: impl Fn() + Sync) -> bool {
         let joined = std::sync::atomic::AtomicBool::new(false);
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            super::broadcast(2, || {
-                if on_pool_thread() {
-                    joined.store(true, Ordering::Relaxed);
-                } else {
-                    let start = std::time::Instant::now();
-                    while !joined.load(Ordering::Relaxed)
-                        && start.elapsed() < std::time::Duration::from_secs(1)
-                    {
-                        std::hint::spin_loop();
-                    }
-                }
-                work();
-            })
+            step_with_pool_thread(&joined, work)
         }));
         joined.into_inner()
     }
@@ -404,19 +409,16 @@ mod tests {
             return;
         }
         let panicked = |on_caller_too: bool| {
-            let reached = std::sync::atomic::AtomicBool::new(false);
             let joined = with_pool_thread(|| {
                 if on_pool_thread() || on_caller_too {
                     panic!("the step fails");
                 }
-            }) && {
-                let caught = std::panic::catch_unwind(|| {
-                    super::broadcast(2, || reached.store(true, Ordering::Relaxed))
-                });
+            });
+            if joined {
+                let caught = std::panic::catch_unwind(|| super::broadcast(2, || ()));
                 assert!(caught.is_ok(), "a later step carried an old panic");
-                true
-            };
-            joined && reached.into_inner()
+            }
+            joined
         };
         for on_caller_too in [false, true] {
             assert!((0..50).any(|_| panicked(on_caller_too)));
@@ -425,27 +427,14 @@ mod tests {
         let caught = (0..50).find_map(|_| {
             let ran = std::sync::atomic::AtomicBool::new(false);
             let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                with_pool_thread_unwinding(&ran)
+                step_with_pool_thread(&ran, || {
+                    if on_pool_thread() {
+                        panic!("the pool thread fails");
+                    }
+                })
             }));
             ran.into_inner().then_some(caught)
         });
         assert!(matches!(caught, Some(Err(_))), "{caught:?}");
-    }
-
-    /// A step whose pool thread panics, its panic left to reach this caller; sets `ran` if a
-    /// pool thread took part.
-    fn with_pool_thread_unwinding(ran: &std::sync::atomic::AtomicBool) {
-        let start = std::time::Instant::now();
-        super::broadcast(2, || {
-            if on_pool_thread() {
-                ran.store(true, Ordering::Relaxed);
-                panic!("the pool thread fails");
-            }
-            while !ran.load(Ordering::Relaxed)
-                && start.elapsed() < std::time::Duration::from_secs(1)
-            {
-                std::hint::spin_loop();
-            }
-        });
     }
 }

@@ -104,22 +104,21 @@ impl Server {
 
     /// [`Server::tiny`] whose engine waits at a [`Gate`] before every forward pass.
     pub fn gated(extra: &[&str]) -> (Server, std::sync::Arc<Gate>) {
-        let gate = std::sync::Arc::new(Gate::default());
-        let engine = Gated {
-            inner: Recorded::for_checkpoint("tiny"),
-            gate: gate.clone(),
-        };
-        let server = Server::in_process(extra, &checkpoint("tiny"), move |dir| {
-            let agent = Agent::load(dir, engine).expect("tokenizer and configs");
-            Single::new(agent, None)
-        });
-        (server, gate)
+        Server::gated_as(extra, |engine| engine)
     }
 
     /// [`Server::gated`] on an [`Unshared`] engine: every request runs alone.
     pub fn gated_unshared(extra: &[&str]) -> (Server, std::sync::Arc<Gate>) {
+        Server::gated_as(extra, Unshared)
+    }
+
+    /// [`Server::gated`] with its engine wrapped by `wrap`.
+    fn gated_as<F: Forward + Send + 'static>(
+        extra: &[&str],
+        wrap: impl FnOnce(Gated<Recorded>) -> F,
+    ) -> (Server, std::sync::Arc<Gate>) {
         let gate = std::sync::Arc::new(Gate::default());
-        let engine = Unshared(Gated {
+        let engine = wrap(Gated {
             inner: Recorded::for_checkpoint("tiny"),
             gate: gate.clone(),
         });
