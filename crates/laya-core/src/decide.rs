@@ -7,12 +7,14 @@
 //! each checkpoint's [`Agent`], then applies the `min_confidence` gate and adds Jev's
 //! confidence. The caller renders the [`Decided`] with [`crate::render`].
 //!
-//! Nothing here knows threads, time or HTTP: the server's engine worker calls [`decide`] and
-//! measures it; the CLI calls it directly.
+//! Nothing here knows HTTP: the server's engine worker calls [`decide`], or
+//! [`decide_prepared_each`] for queued requests, and reports each answer's time from
+//! [`Answered::since`]; the CLI calls [`decide`] directly.
 
 use pyjson::{Object, Value};
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::agent::{BatchOptions, LongOptions, PredictError, StateResult};
 pub use crate::checkpoints::{Checkpoints, LoadError};
@@ -581,10 +583,48 @@ pub fn decide_prepared<C: Checkpoints>(
     checkpoints: &mut C,
     settings: &Settings,
     ds: &[&Decision],
-    mut preps: Vec<Option<Preparation>>,
+    preps: Vec<Option<Preparation>>,
 ) -> Vec<Result<Decided, DecideError>> {
+    let mut out: Vec<Option<Result<Decided, DecideError>>> = (0..ds.len()).map(|_| None).collect();
+    decide_prepared_each(checkpoints, settings, ds, preps, |_, a| {
+        out[a.index] = Some(a.result);
+    });
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(unrouted())))
+        .collect()
+}
+
+/// One request of a [`decide_prepared_each`] call, answered.
+#[derive(Debug)]
+pub struct Answered {
+    /// Its place among the call's requests.
+    pub index: usize,
+    pub result: Result<Decided, DecideError>,
+    /// When the work that answered it began: the end of the last pass or lone request before
+    /// it (before its first pass, for a request that shares passes), or the call's start if
+    /// there was none. A request refused without a pass of its own counts from the same point
+    /// before its refusal.
+    pub since: Instant,
+}
+
+/// [`decide_prepared`] handing each request to `answer` as soon as its own passes are done,
+/// with the checkpoints as they are then: requests before one that runs alone do not wait
+/// for it, nor those of one shared pass for the passes after theirs. Every request is
+/// handed over exactly once, in no fixed order.
+pub fn decide_prepared_each<C: Checkpoints>(
+    checkpoints: &mut C,
+    settings: &Settings,
+    ds: &[&Decision],
+    mut preps: Vec<Option<Preparation>>,
+    answer: impl FnMut(&C, Answered),
+) {
     let pass_tokens = settings.pass_tokens;
-    let started = std::time::Instant::now();
+    let started = Instant::now();
+    let mut out = Deliveries {
+        answer,
+        given: vec![false; ds.len()],
+        since: started,
+    };
     preps.resize_with(ds.len(), || None);
     // 1. Pure, for what was not prepared ahead: the tournament plan, routing and the
     // question checks of each request.
@@ -619,14 +659,14 @@ pub fn decide_prepared<C: Checkpoints>(
         preps.into_iter().map(|p| (p.planned, p.laid)).unzip();
     let prepared_us = started.elapsed().as_micros() as u64;
     // 4. In order: the residency order and loads as each request alone would move them.
-    let mut out: Vec<Option<Result<Decided, DecideError>>> = (0..ds.len()).map(|_| None).collect();
     let mut pending: Vec<(usize, Prepared)> = Vec::new();
+    let mut shared = 0;
     for (i, (d, p)) in ds.iter().zip(planned).enumerate() {
         let p = match p {
             Ok(p) => p,
             // Refused before any checkpoint is touched, as alone.
             Err(e) => {
-                out[i] = Some(Err(e));
+                out.give(checkpoints, i, Err(e), None);
                 continue;
             }
         };
@@ -636,21 +676,26 @@ pub fn decide_prepared<C: Checkpoints>(
                 .all(|g| checkpoints.agent_key(&g.name) == Some(g.key))
         });
         let Some(groups) = groups else {
-            for (j, r) in run_shared(checkpoints, ds, std::mem::take(&mut pending), pass_tokens) {
-                out[j] = Some(r);
-            }
-            out[i] = Some(decide(checkpoints, settings, d));
+            shared += pending.len();
+            run_shared(
+                checkpoints,
+                ds,
+                std::mem::take(&mut pending),
+                pass_tokens,
+                &mut out,
+            );
+            let result = decide(checkpoints, settings, d);
+            out.give(checkpoints, i, result, None);
+            out.since = Instant::now();
             continue;
         };
         match admit(checkpoints, p, groups) {
             Ok(prepared) => pending.push((i, prepared)),
-            Err(e) => out[i] = Some(Err(e)),
+            Err(e) => out.give(checkpoints, i, Err(e), None),
         }
     }
-    let shared = pending.len();
-    for (j, r) in run_shared(checkpoints, ds, pending, pass_tokens) {
-        out[j] = Some(r);
-    }
+    shared += pending.len();
+    run_shared(checkpoints, ds, pending, pass_tokens, &mut out);
     tracing::debug!(
         requests = ds.len(),
         shared,
@@ -658,9 +703,45 @@ pub fn decide_prepared<C: Checkpoints>(
         total_us = started.elapsed().as_micros() as u64,
         "decided together"
     );
-    out.into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(unrouted())))
-        .collect()
+    for i in 0..ds.len() {
+        if !out.given[i] {
+            out.give(checkpoints, i, Err(unrouted()), None);
+        }
+    }
+}
+
+/// Where [`decide_prepared_each`] hands its answers, and the clock their times start from.
+struct Deliveries<F> {
+    answer: F,
+    given: Vec<bool>,
+    /// The end of the last pass or lone request.
+    since: Instant,
+}
+
+impl<F> Deliveries<F> {
+    /// Hands request `index` over, counting its time from `since` (from the end of the last
+    /// pass when `None`).
+    fn give<C: Checkpoints>(
+        &mut self,
+        checkpoints: &C,
+        index: usize,
+        result: Result<Decided, DecideError>,
+        since: Option<Instant>,
+    ) where
+        F: FnMut(&C, Answered),
+    {
+        debug_assert!(!self.given[index], "request {index} handed over twice");
+        self.given[index] = true;
+        let since = since.unwrap_or(self.since);
+        (self.answer)(
+            checkpoints,
+            Answered {
+                index,
+                result,
+                since,
+            },
+        );
+    }
 }
 
 /// `f` over `items` on up to as many threads as the machine has, results in order.
@@ -754,6 +835,7 @@ fn admit<C: Checkpoints>(
 
 /// A request laid out for shared passes: its routes, its questions and, per routed
 /// checkpoint, its states' rows.
+#[derive(Default)]
 struct Prepared {
     routes: Vec<Routing>,
     questions: Vec<crate::question::Question>,
@@ -770,20 +852,36 @@ struct Group {
     outputs: Option<Result<Vec<crate::engine::RowLogits>, DecideError>>,
 }
 
-/// Runs the prepared requests' rows in shared passes, agent by agent, and finishes each
-/// request.
-fn run_shared<C: Checkpoints>(
+/// Runs the prepared requests' rows in shared passes, agent by agent, and hands each
+/// request over as soon as the last pass holding its rows is done.
+fn run_shared<C: Checkpoints, F: FnMut(&C, Answered)>(
     checkpoints: &mut C,
     ds: &[&Decision],
     mut pending: Vec<(usize, Prepared)>,
     pass_tokens: usize,
-) -> Vec<(usize, Result<Decided, DecideError>)> {
+    out: &mut Deliveries<F>,
+) {
     let mut keys: Vec<u64> = Vec::new();
     for (_, p) in &pending {
         for g in &p.groups {
             if !keys.contains(&g.key) {
                 keys.push(g.key);
             }
+        }
+    }
+    // Decoding needs each agent's config.
+    let configs: Vec<(u64, AgentConfig)> = keys
+        .iter()
+        .filter_map(|&k| Some((k, checkpoints.peek(k)?.config.clone())))
+        .collect();
+    // Per request: its groups still without outputs, and where its time starts (its first
+    // pass's `since`).
+    let mut waiting: Vec<usize> = pending.iter().map(|(_, p)| p.groups.len()).collect();
+    let mut begun: Vec<Option<Instant>> = vec![None; pending.len()];
+    for pi in 0..pending.len() {
+        if waiting[pi] == 0 {
+            let (i, p) = (pending[pi].0, std::mem::take(&mut pending[pi].1));
+            out.give(&*checkpoints, i, finish(&configs, ds[i], p), None);
         }
     }
     for key in keys {
@@ -799,12 +897,6 @@ fn run_shared<C: Checkpoints>(
                     .map(move |(gi, _)| (pi, gi))
             })
             .collect();
-        let Some(agent) = checkpoints.peek(key) else {
-            for (pi, gi) in members {
-                pending[pi].1.groups[gi].outputs = Some(Err(unrouted()));
-            }
-            continue;
-        };
         // Whole groups per pass, as many as fit `pass_tokens` (a larger one runs alone).
         let mut start = 0;
         while start < members.len() {
@@ -825,12 +917,32 @@ fn run_shared<C: Checkpoints>(
                 end += 1;
             }
             let batch = &members[start..end];
+            for &(pi, _) in batch {
+                begun[pi].get_or_insert(out.since);
+            }
             let rows: Vec<crate::engine::Row> = batch
                 .iter()
                 .flat_map(|&(pi, gi)| pending[pi].1.groups[gi].rows.iter().flatten())
                 .map(|e| e.row.clone())
                 .collect();
-            let pass_started = std::time::Instant::now();
+            let Some(agent) = checkpoints.peek(key) else {
+                let rest = &members[start..];
+                for &(pi, gi) in rest {
+                    pending[pi].1.groups[gi].outputs = Some(Err(unrouted()));
+                }
+                finish_done(
+                    checkpoints,
+                    ds,
+                    &configs,
+                    &mut pending,
+                    &mut waiting,
+                    rest,
+                    &begun,
+                    out,
+                );
+                break;
+            };
+            let pass_started = Instant::now();
             let ran = if rows.is_empty() {
                 Ok(Vec::new())
             } else {
@@ -866,25 +978,42 @@ fn run_shared<C: Checkpoints>(
                     }
                 }
             }
+            finish_done(
+                checkpoints,
+                ds,
+                &configs,
+                &mut pending,
+                &mut waiting,
+                batch,
+                &begun,
+                out,
+            );
+            out.since = Instant::now();
             start = end;
         }
     }
-    // Decoding needs each agent's config.
-    let mut configs: Vec<(u64, AgentConfig)> = Vec::new();
-    for (_, p) in &pending {
-        for g in &p.groups {
-            if !configs.iter().any(|(k, _)| *k == g.key) {
-                if let Some(agent) = checkpoints.peek(g.key) {
-                    configs.push((g.key, agent.config.clone()));
-                }
-            }
+}
+
+/// Counts `groups` as run and hands over each request that has no group left to run.
+#[allow(clippy::too_many_arguments)]
+fn finish_done<C: Checkpoints, F: FnMut(&C, Answered)>(
+    checkpoints: &C,
+    ds: &[&Decision],
+    configs: &[(u64, AgentConfig)],
+    pending: &mut [(usize, Prepared)],
+    waiting: &mut [usize],
+    groups: &[(usize, usize)],
+    begun: &[Option<Instant>],
+    out: &mut Deliveries<F>,
+) {
+    for &(pi, _) in groups {
+        waiting[pi] -= 1;
+        if waiting[pi] == 0 {
+            // Decoding is cheap next to starting threads: one request after another.
+            let (i, p) = (pending[pi].0, std::mem::take(&mut pending[pi].1));
+            out.give(checkpoints, i, finish(configs, ds[i], p), begun[pi]);
         }
     }
-    // Decoding is cheap next to starting threads: one request after another.
-    pending
-        .into_iter()
-        .map(|(i, p)| (i, finish(&configs, ds[i], p)))
-        .collect()
 }
 
 /// A prepared request's answers from its groups' outputs.

@@ -308,3 +308,117 @@ fn an_engine_that_is_not_batch_invariant_runs_each_request_alone() {
         shared_passes.load(Ordering::SeqCst)
     );
 }
+
+/// One request body over the tiny checkpoint's tokenizer: a choice among `options` labels,
+/// the last one a number when `numbered` (a tournament refuses that past 100 options).
+fn choice(options: usize, numbered: bool) -> Decision {
+    let mut criteria: Vec<String> = (0..options).map(|i| format!("\"Queue {i}\"")).collect();
+    if numbered {
+        criteria.push("7".to_owned());
+    }
+    let body = format!(
+        r#"{{"state":"A customer asks where the parcel is.","questions":{{"q":{{"type":"choice","instructions":"Which queue?","criteria":[{}]}}}}}}"#,
+        criteria.join(",")
+    );
+    let routing = RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false);
+    // The cap with tournaments on.
+    let limits = Limits {
+        max_choice_options: 255,
+        ..Limits::default()
+    };
+    parse_decision(body.as_bytes(), &limits, &routing)
+        .expect("a valid request")
+        .into()
+}
+
+/// What `decide_prepared_each` handed over: each request's index, its result, when its
+/// time starts, and the passes run and the time when it was handed over.
+struct Handed {
+    index: usize,
+    result: Result<Decided, DecideError>,
+    since: std::time::Instant,
+    passes: usize,
+    at: std::time::Instant,
+}
+
+fn hand_over(
+    settings: &Settings,
+    ds: &[&Decision],
+    shared: &mut Single<Counted>,
+    passes: &Arc<AtomicUsize>,
+) -> Vec<Handed> {
+    let mut handed = Vec::new();
+    let preps = ds.iter().map(|_| None).collect();
+    laya_core::decide::decide_prepared_each(shared, settings, ds, preps, |_, a| {
+        handed.push(Handed {
+            index: a.index,
+            result: a.result,
+            since: a.since,
+            passes: passes.load(Ordering::SeqCst),
+            at: std::time::Instant::now(),
+        })
+    });
+    handed
+}
+
+#[test]
+fn each_request_is_handed_over_once_its_own_passes_are_done() {
+    let settings = Settings {
+        routing: RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false),
+        tournament_group: 2,
+        pass_tokens: 4096,
+    };
+    // Plain (two options), refused by the tournament's plan, a tournament that plays its
+    // rounds alone (five options), plain, plain.
+    let (a, r, t) = (choice(2, false), choice(101, true), choice(5, false));
+    let (b, c) = (choice(2, false), choice(2, false));
+    let (alone_passes, passes) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
+    let mut alone = Single::new(agent("tiny", &alone_passes, true), None);
+    let solo = decide(&mut alone, &settings, &t);
+    let t_passes = alone_passes.load(Ordering::SeqCst);
+    assert!(t_passes > 1, "the tournament ran {t_passes} passes");
+    let mut shared = Single::new(agent("tiny", &passes, true), None);
+
+    let ds = [&a, &r, &t, &b, &c];
+    let handed = hand_over(&settings, &ds, &mut shared, &passes);
+    let order: Vec<(usize, usize)> = handed.iter().map(|h| (h.index, h.passes)).collect();
+    // The refusal leaves before any pass; `a` after its own pass, before the tournament's;
+    // `b` and `c` share the last.
+    assert_eq!(
+        order,
+        [
+            (1, 0),
+            (0, 1),
+            (2, 1 + t_passes),
+            (3, 2 + t_passes),
+            (4, 2 + t_passes)
+        ],
+        "(request, passes run) as each was handed over"
+    );
+    assert!(same(&handed[2].result, &solo), "the tournament's answer");
+    for h in &handed {
+        assert_eq!(h.result.is_ok(), h.index != 1, "request {}", h.index);
+        let on_its_own = decide(&mut alone, &settings, ds[h.index]);
+        assert!(same(&h.result, &on_its_own), "request {}", h.index);
+    }
+    // Each one's time starts where its own work did, not at the call's start.
+    let [refused, a_, t_, b_, c_] = &handed[..] else {
+        unreachable!("five requests handed over")
+    };
+    assert!(refused.since <= a_.since && a_.since <= a_.at);
+    assert!(t_.since >= a_.at, "the tournament counts from a's answer");
+    assert!(b_.since >= t_.at, "b counts from the tournament's answer");
+    assert_eq!(b_.since, c_.since, "b and c share their pass");
+
+    // With room for one request a pass, `c` waits for `b`'s pass but not the other way.
+    let settings = Settings {
+        pass_tokens: 1,
+        ..settings
+    };
+    passes.store(0, Ordering::SeqCst);
+    let ds = [&a, &b, &c];
+    let handed = hand_over(&settings, &ds, &mut shared, &passes);
+    let order: Vec<(usize, usize)> = handed.iter().map(|h| (h.index, h.passes)).collect();
+    assert_eq!(order, [(0, 1), (1, 2), (2, 3)], "(request, passes run)");
+    assert!(handed[1].since >= handed[0].at && handed[2].since >= handed[1].at);
+}
