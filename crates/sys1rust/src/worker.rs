@@ -7,8 +7,9 @@
 //!
 //! On an engine whose answers do not depend on their batch mates, whatever is queued when the
 //! worker looks is taken together and the requests share forward passes
-//! ([`laya_core::decide::decide_prepared`]), each still getting the answer it would get
-//! alone. Nothing waits for more requests to arrive. On any other engine (MLX's) the worker
+//! ([`laya_core::decide::decide_prepared_each`]), each still getting the answer it would get
+//! alone. Each answer leaves as soon as its own passes are done, not with the group's last.
+//! Nothing waits for more requests to arrive. On any other engine (MLX's) the worker
 //! takes one request at a time, so that each answer leaves as soon as it is done, with its
 //! own inference time.
 //!
@@ -25,11 +26,14 @@ use laya_core::decide::{
     self, Checkpoints, DecideError, Decided, Decision, Layouts, Preparation, Settings,
 };
 use laya_core::engine::EngineInfo;
+use laya_core::routing::Checkpoint;
 use tokio::sync::oneshot;
 
 /// A finished decision and upstream's `X-Inference-Time-Ms`: the time spent on it (its
-/// preparation ahead, when it was prepared ahead, plus from taking the job off the queue to
-/// its answer: routing, tokenization, forward passes, decoding, gate).
+/// preparation ahead, when it was prepared ahead, plus the worker's time from starting on it
+/// to its answer: routing, tokenization, forward passes, decoding, gate). Taken with others,
+/// a request counts from the end of the last pass before its own, not the passes of requests
+/// answered before it ([`decide::Answered::since`]).
 #[derive(Debug)]
 pub struct Answer {
     pub decided: Decided,
@@ -59,6 +63,24 @@ struct Job {
     /// has gone, as upstream's handler holds it.
     _ticket: Box<dyn Send>,
     reply: oneshot::Sender<Result<Answer, WorkerError>>,
+}
+
+/// A taken job's way back to its client.
+struct Waiting {
+    reply: oneshot::Sender<Result<Answer, WorkerError>>,
+    ticket: Box<dyn Send>,
+    prepare_ms: f64,
+}
+
+impl Waiting {
+    fn send(self, outcome: Result<Answer, WorkerError>) {
+        // The slot is freed before the answer leaves, as upstream's handler leaves its
+        // semaphore before responding: a client that sends its next request on reading
+        // this answer must find the slot free.
+        drop(self.ticket);
+        // The client may have gone; its answer is discarded like upstream's.
+        let _ = self.reply.send(outcome);
+    }
 }
 
 /// What the worker reports once its engines are built (the ready line, `/health`).
@@ -347,8 +369,7 @@ where
                 let mut jobs = vec![job];
                 // Only where requests can share passes (resident agents with layouts, on an
                 // engine whose rows do not depend on their batch mates) is the queue taken
-                // together. Elsewhere each request runs alone anyway: taken together, each
-                // answer would wait for the last one's and count its time as its own.
+                // together: elsewhere each request runs alone anyway.
                 if pass_tokens > 0 && shares_passes(&shared) {
                     jobs.extend(rx.try_iter().take(capacity));
                 }
@@ -368,40 +389,77 @@ where
                     continue;
                 }
                 let started = Instant::now();
-                let outcomes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    if let [job] = &mut jobs[..] {
-                        let _entered = job.span.enter();
-                        if job.prepared.is_none() {
-                            return vec![decide::decide(
-                                &mut checkpoints,
-                                &settings,
-                                &job.decision,
-                            )];
-                        }
+                let mut waiting: Vec<Option<Waiting>> = Vec::with_capacity(jobs.len());
+                let mut decisions: Vec<Decision> = Vec::with_capacity(jobs.len());
+                let mut preps: Vec<Option<Preparation>> = Vec::with_capacity(jobs.len());
+                let mut spans: Vec<tracing::Span> = Vec::with_capacity(jobs.len());
+                for job in jobs {
+                    decisions.push(job.decision);
+                    preps.push(job.prepared);
+                    spans.push(job.span);
+                    waiting.push(Some(Waiting {
+                        reply: job.reply,
+                        ticket: job._ticket,
+                        prepare_ms: job.prepare_ms,
+                    }));
+                }
+                // The checkpoints the answers were routed to, for the layouts below.
+                let mut routed: Vec<Checkpoint> = Vec::new();
+                let mut answer = |checkpoints: &C, a: decide::Answered| {
+                    // What /health reports is current before the answer leaves.
+                    publish(&shared, checkpoints, true);
+                    if let Ok(d) = &a.result {
+                        routed.extend(d.states.iter().map(|s| s.routing.model.clone()));
                     }
-                    let _span = tracing::debug_span!("shared", requests = jobs.len()).entered();
-                    let preps: Vec<Option<Preparation>> =
-                        jobs.iter_mut().map(|j| j.prepared.take()).collect();
-                    let decisions: Vec<&Decision> = jobs.iter().map(|j| &j.decision).collect();
-                    decide::decide_prepared(&mut checkpoints, &settings, &decisions, preps)
-                }));
-                let worker_ms = started.elapsed().as_secs_f64() * 1e3;
-                publish(&shared, &checkpoints, true);
-                let mut outcomes: Vec<Option<Result<Decided, DecideError>>> = match outcomes {
-                    Ok(o) => o.into_iter().map(Some).collect(),
-                    Err(_) => Vec::new(),
+                    if let Some(w) = waiting.get_mut(a.index).and_then(Option::take) {
+                        let inference_ms = w.prepare_ms + a.since.elapsed().as_secs_f64() * 1e3;
+                        w.send(
+                            a.result
+                                .map(|decided| Answer {
+                                    decided,
+                                    inference_ms,
+                                })
+                                .map_err(WorkerError::Decide),
+                        );
+                    }
                 };
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if let ([decision], [None], [span]) = (&decisions[..], &preps[..], &spans[..]) {
+                        let _entered = span.enter();
+                        let result = decide::decide(&mut checkpoints, &settings, decision);
+                        answer(
+                            &checkpoints,
+                            decide::Answered {
+                                index: 0,
+                                result,
+                                since: started,
+                            },
+                        );
+                        return;
+                    }
+                    let _span =
+                        tracing::debug_span!("shared", requests = decisions.len()).entered();
+                    let ds: Vec<&Decision> = decisions.iter().collect();
+                    decide::decide_prepared_each(
+                        &mut checkpoints,
+                        &settings,
+                        &ds,
+                        std::mem::take(&mut preps),
+                        &mut answer,
+                    );
+                }));
+                if ran.is_err() {
+                    publish(&shared, &checkpoints, true);
+                }
                 if pass_tokens > 0 {
+                    // Published once the group is done, though its first answers left
+                    // earlier: a client's next request prepared meanwhile may be laid out on
+                    // the worker thread instead, which costs time, never its answer.
                     // What the next requests are laid out with: the names routed so far and
                     // those resident (a request that failed after its checkpoint loaded routed
                     // nothing here), on the agents resident now. The worker also reads it to
                     // know whether requests can share passes at all.
                     let resident = checkpoints.resident().into_iter().map(|r| r.name);
-                    let routed = outcomes
-                        .iter()
-                        .flatten()
-                        .flatten()
-                        .flat_map(|d| d.states.iter().map(|s| s.routing.model.clone()));
                     let known: Vec<_> = {
                         let p = shared.lock().unwrap_or_else(|e| e.into_inner());
                         p.layouts.names().cloned().collect()
@@ -410,22 +468,9 @@ where
                     let layouts = Layouts::of(&mut checkpoints, names);
                     publish_layouts(&shared, layouts);
                 }
-                for (i, job) in jobs.into_iter().enumerate() {
-                    let outcome = match outcomes.get_mut(i).and_then(Option::take) {
-                        Some(Ok(decided)) => Ok(Answer {
-                            decided,
-                            inference_ms: job.prepare_ms + worker_ms,
-                        }),
-                        Some(Err(e)) => Err(WorkerError::Decide(e)),
-                        None => Err(WorkerError::Panicked),
-                    };
-                    // The slot is freed before the answer leaves, as upstream's handler
-                    // leaves its semaphore before responding: a client that sends its next
-                    // request on reading this answer must find the slot free.
-                    let Job { reply, _ticket, .. } = job;
-                    drop(_ticket);
-                    // The client may have gone; its answer is discarded like upstream's.
-                    let _ = reply.send(outcome);
+                // Whatever the engine's panic left unanswered.
+                for w in waiting.into_iter().flatten() {
+                    w.send(Err(WorkerError::Panicked));
                 }
             }
         })?;

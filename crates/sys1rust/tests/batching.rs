@@ -3,7 +3,7 @@
 
 use laya_fixtures::read_jsonl;
 
-use crate::support::{fixtures_dir, post_fresh, serial, Server};
+use crate::support::{fixtures_dir, post_fresh, serial, Gate, Response, Server};
 
 /// The single-route bodies of the smoke workload, as its harness sent them.
 fn smoke_bodies() -> Vec<String> {
@@ -19,15 +19,39 @@ fn smoke_bodies() -> Vec<String> {
         .collect()
 }
 
-fn post(addr: std::net::SocketAddr, body: String) -> std::thread::JoinHandle<(u16, String)> {
+fn post(addr: std::net::SocketAddr, body: String) -> std::thread::JoinHandle<Response> {
     std::thread::spawn(move || {
-        let r = post_fresh(
+        post_fresh(
             addr,
             &[("content-type", "application/json")],
             body.as_bytes(),
-        );
-        (r.status, r.text())
+        )
     })
+}
+
+/// Waits (up to 10 s) until `t` has its answer.
+fn wait_finished<T>(t: &std::thread::JoinHandle<T>, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !t.is_finished() {
+        assert!(std::time::Instant::now() < deadline, "{what}: no answer");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Opens the gate when dropped, so that a failed test leaves no pass held behind it.
+struct OpensOnDrop(std::sync::Arc<Gate>);
+
+impl Drop for OpensOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+fn inference_ms(r: &Response, what: &str) -> f64 {
+    assert_eq!(r.status, 200, "{what}: {}", r.text());
+    r.header("x-inference-time-ms")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: no x-inference-time-ms"))
 }
 
 #[test]
@@ -65,9 +89,13 @@ fn queued_requests_share_a_pass_and_keep_their_answers() {
     gate.open();
     let mut together = vec![first.join().expect("first")];
     together.extend(rest.into_iter().map(|t| t.join().expect("client")));
-    for (i, ((status, text), solo)) in together.iter().zip(&alone).enumerate() {
-        assert_eq!(*status, 200, "request {i}: {text}");
-        assert_eq!(text, solo, "request {i}: shared pass changed the answer");
+    for (i, (r, solo)) in together.iter().zip(&alone).enumerate() {
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert_eq!(
+            &r.text(),
+            solo,
+            "request {i}: shared pass changed the answer"
+        );
     }
     assert_eq!(
         gate.calls(),
@@ -90,9 +118,9 @@ fn batch_tokens_zero_runs_every_request_alone() {
         .collect();
     s.wait_admitted(8, None);
     gate.open();
-    assert_eq!(first.join().expect("first").0, 200);
+    assert_eq!(first.join().expect("first").status, 200);
     for t in rest {
-        assert_eq!(t.join().expect("client").0, 200);
+        assert_eq!(t.join().expect("client").status, 200);
     }
     assert_eq!(gate.calls(), 8);
 }
@@ -116,9 +144,8 @@ fn on_an_engine_that_cannot_share_passes_each_answer_leaves_when_it_is_done() {
     gate.let_one();
     gate.wait_calls(3);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let done = |q: &[&std::thread::JoinHandle<(u16, String)>]| {
-        q.iter().filter(|t| t.is_finished()).count()
-    };
+    let done =
+        |q: &[&std::thread::JoinHandle<Response>]| q.iter().filter(|t| t.is_finished()).count();
     while done(&[&second, &third]) == 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
@@ -126,12 +153,66 @@ fn on_an_engine_that_cannot_share_passes_each_answer_leaves_when_it_is_done() {
     let left_early = done(&[&second, &third]);
     gate.open();
     for (i, t) in [first, second, third].into_iter().enumerate() {
-        let (status, text) = t.join().expect("client");
-        assert_eq!(status, 200, "request {i}: {text}");
+        let r = t.join().expect("client");
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
     }
     assert_eq!(
         left_early, 1,
         "the queued requests' answers waited for each other's passes"
     );
     assert_eq!(gate.calls(), 3, "one pass a request");
+}
+
+#[test]
+fn a_shared_group_answers_each_request_when_its_own_passes_are_done() {
+    let _serial = serial();
+    let bodies = smoke_bodies();
+    // Read in windows, a request runs alone, between the shared passes of the others.
+    let windows = {
+        let b = bodies[2].trim_end();
+        let b = b.strip_suffix('}').expect("a JSON object");
+        format!(r#"{b}, "overflow": "windows"}}"#)
+    };
+    let (s, gate) = Server::gated(&["--max-concurrent", "16"]);
+    let _opens = OpensOnDrop(gate.clone());
+    // The first request holds the engine while three queue behind it, in this order.
+    let first = post(s.addr, bodies[0].clone());
+    gate.wait_calls(1);
+    let mut queued = Vec::new();
+    for (i, body) in [bodies[1].clone(), windows, bodies[3].clone()]
+        .into_iter()
+        .enumerate()
+    {
+        queued.push(post(s.addr, body));
+        s.wait_admitted(2 + i as u64, None);
+        // Admitted is not yet queued (see above).
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    // The first request's pass and the next one's go through; the lone request's is held.
+    gate.let_one();
+    gate.let_one();
+    gate.wait_calls(3);
+    wait_finished(&queued[0], "the request queued before the lone one");
+    assert!(
+        !queued[1].is_finished() && !queued[2].is_finished(),
+        "answered before their passes ran"
+    );
+    let held = std::time::Duration::from_millis(1000);
+    std::thread::sleep(held);
+    gate.open();
+    let first = first.join().expect("client");
+    let times: Vec<f64> = queued
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| inference_ms(&t.join().expect("client"), &format!("queued request {i}")))
+        .collect();
+    inference_ms(&first, "the first request");
+    let held_ms = held.as_secs_f64() * 1e3;
+    // Each reports its own work: the lone request its held pass, the others not.
+    assert!(times[1] >= held_ms, "the lone request: {times:?} ms");
+    assert!(
+        times[0] < held_ms && times[2] < held_ms,
+        "the shared requests counted the lone one's pass: {times:?} ms"
+    );
+    assert_eq!(gate.calls(), 4, "one pass a request");
 }
