@@ -559,6 +559,21 @@ impl Preparation {
         self.laid.is_some()
     }
 
+    /// The tokens of its rows, when it was laid out to share passes: what it takes of a
+    /// pass's [`Settings::pass_tokens`]. `None` for a request that runs alone (or was not
+    /// laid out).
+    pub fn tokens(&self) -> Option<usize> {
+        let laid = self.laid.as_ref()?;
+        Some(
+            laid.iter()
+                .filter_map(|g| g.rows.as_ref().ok())
+                .flatten()
+                .flatten()
+                .map(|e| e.row.ids.len())
+                .sum(),
+        )
+    }
+
     /// Whether the request still needs laying out on the checkpoints' thread.
     fn needs_layout(&self) -> bool {
         matches!(&self.planned, Ok(p) if !p.alone) && self.laid.is_none()

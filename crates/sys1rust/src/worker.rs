@@ -18,6 +18,7 @@
 //! the worker's last published [`Layouts`]: the worker thread then spends its time on
 //! forward passes, and the preparation of the next requests overlaps the current pass.
 
+use std::collections::VecDeque;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -333,46 +334,58 @@ where
                     return;
                 }
             };
+            // Jobs taken off the channel and not yet run, in arrival order.
+            let mut backlog: VecDeque<Job> = VecDeque::new();
             loop {
-                let job = match idle_unload {
-                    None => match rx.recv() {
-                        Ok(job) => job,
-                        Err(_) => return,
-                    },
-                    Some(idle) => {
-                        let since = shared
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .last_request
-                            .elapsed();
-                        match rx.recv_timeout(idle.saturating_sub(since)) {
+                let job = match backlog.pop_front() {
+                    Some(job) => job,
+                    None => match idle_unload {
+                        None => match rx.recv() {
                             Ok(job) => job,
-                            Err(mpsc::RecvTimeoutError::Timeout) => {
-                                if !checkpoints.resident().is_empty() {
-                                    checkpoints.unload_all();
-                                    tracing::info!(
-                                        idle_s = idle.as_secs_f64(),
-                                        "idle: unloaded the resident checkpoints"
-                                    );
-                                    publish(&shared, &checkpoints, false);
+                            Err(_) => return,
+                        },
+                        Some(idle) => {
+                            let since = shared
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .last_request
+                                .elapsed();
+                            match rx.recv_timeout(idle.saturating_sub(since)) {
+                                Ok(job) => job,
+                                Err(mpsc::RecvTimeoutError::Timeout) => {
+                                    if !checkpoints.resident().is_empty() {
+                                        checkpoints.unload_all();
+                                        tracing::info!(
+                                            idle_s = idle.as_secs_f64(),
+                                            "idle: unloaded the resident checkpoints"
+                                        );
+                                        publish(&shared, &checkpoints, false);
+                                    }
+                                    // Wait for the next request before counting idleness again.
+                                    match rx.recv() {
+                                        Ok(job) => job,
+                                        Err(_) => return,
+                                    }
                                 }
-                                // Wait for the next request before counting idleness again.
-                                match rx.recv() {
-                                    Ok(job) => job,
-                                    Err(_) => return,
-                                }
+                                Err(mpsc::RecvTimeoutError::Disconnected) => return,
                             }
-                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
                         }
-                    }
+                    },
                 };
-                let mut jobs = vec![job];
                 // Only where requests can share passes (resident agents with layouts, on an
-                // engine whose rows do not depend on their batch mates) is the queue taken
-                // together: elsewhere each request runs alone anyway.
-                if pass_tokens > 0 && shares_passes(&shared) {
-                    jobs.extend(rx.try_iter().take(capacity));
-                }
+                // engine whose rows do not depend on their batch mates) are queued requests
+                // taken together: elsewhere each request runs alone anyway. And only as many
+                // as fit one pass, in arrival order; the rest stay queued, with what arrives
+                // meanwhile behind them, for the next pass. Each pass is then as full as the
+                // queue allows, where a group taken whole ended in a pass of its leftovers
+                // while newer requests waited for the whole group.
+                let mut jobs = if pass_tokens > 0 && shares_passes(&shared) {
+                    backlog.push_front(job);
+                    backlog.extend(rx.try_iter());
+                    take_pass(&mut backlog, pass_tokens)
+                } else {
+                    vec![job]
+                };
                 // The client disconnected, or its deadline passed, while it was queued: nobody
                 // would read the answer.
                 let before = jobs.len();
@@ -483,6 +496,28 @@ where
         ready_rx,
         thread,
     ))
+}
+
+/// The jobs at the front of `backlog` that one shared pass of `pass_tokens` tokens holds:
+/// laid-out requests while their rows fit (the first one whatever its size), or a request
+/// that runs alone on its own. A request not prepared ahead counts no tokens here: it is
+/// laid out, or run alone, when its turn comes.
+fn take_pass(backlog: &mut VecDeque<Job>, pass_tokens: usize) -> Vec<Job> {
+    let mut taken = Vec::new();
+    let mut tokens = 0;
+    while let Some(front) = backlog.front() {
+        match front.prepared.as_ref().map(Preparation::tokens) {
+            None => {}
+            Some(Some(t)) if taken.is_empty() || tokens + t <= pass_tokens => tokens += t,
+            Some(None) if taken.is_empty() => {
+                taken.extend(backlog.pop_front());
+                break;
+            }
+            Some(_) => break,
+        }
+        taken.extend(backlog.pop_front());
+    }
+    taken
 }
 
 /// Whether queued requests can share forward passes: some resident agent has a layout

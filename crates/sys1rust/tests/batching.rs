@@ -216,3 +216,60 @@ fn a_shared_group_answers_each_request_when_its_own_passes_are_done() {
     );
     assert_eq!(gate.calls(), 4, "one pass a request");
 }
+
+#[test]
+fn each_pass_takes_the_next_queued_requests_that_fit_it() {
+    let _serial = serial();
+    let body = smoke_bodies().swap_remove(0);
+    // The tokens of its rows, from a server that runs it alone.
+    let tokens = {
+        let (s, gate) = Server::gated(&[]);
+        gate.open();
+        let r = s.post_json("/v1/systemone", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let usage = pyjson::loads(r.text().as_bytes()).expect("JSON").value;
+        usage
+            .as_object()
+            .and_then(|o| o.get("usage"))
+            .and_then(|u| u.as_object())
+            .and_then(|u| u.get("input_tokens"))
+            .and_then(|t| match t {
+                pyjson::Value::Int(i) => i.as_i64(),
+                _ => None,
+            })
+            .expect("usage.input_tokens") as usize
+    };
+    // Two such requests a pass.
+    let budget = (2 * tokens).to_string();
+    let (s, gate) = Server::gated(&["--max-concurrent", "16", "--batch-tokens", &budget]);
+    let _opens = OpensOnDrop(gate.clone());
+    let first = post(s.addr, body.clone());
+    gate.wait_calls(1);
+    let mut clients = Vec::new();
+    for n in 2..=4 {
+        clients.push(post(s.addr, body.clone()));
+        s.wait_admitted(n, None);
+    }
+    // Admitted is not yet queued (see above).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The first request's pass goes through; the next holds the first two queued, and the
+    // third is left over.
+    gate.let_one();
+    gate.wait_calls(2);
+    // One more arrives while that pass is held: the next pass takes it with the one left.
+    clients.push(post(s.addr, body.clone()));
+    s.wait_admitted(4, None);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    gate.open();
+    let want = first.join().expect("client");
+    assert_eq!(want.status, 200, "{}", want.text());
+    for (i, t) in clients.into_iter().enumerate() {
+        let r = t.join().expect("client");
+        assert_eq!(r.text(), want.text(), "queued request {i}");
+    }
+    assert_eq!(
+        gate.calls(),
+        3,
+        "passes: the first, two queued, then the one left with the newcomer"
+    );
+}
