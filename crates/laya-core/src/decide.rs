@@ -559,19 +559,26 @@ impl Preparation {
         self.laid.is_some()
     }
 
-    /// The tokens of its rows, when it was laid out to share passes: what it takes of a
-    /// pass's [`Settings::pass_tokens`]. `None` for a request that runs alone (or was not
-    /// laid out).
+    /// What it takes of the shared passes' [`Settings::pass_tokens`]: the tokens of its
+    /// rows (all of them, whichever checkpoints' passes they go to: at most what it takes of
+    /// one pass). `None` for a request that runs alone (a tournament, windows); 0 for one
+    /// refused before any pass, or not laid out yet (it is laid out, or runs alone, when its
+    /// turn comes).
     pub fn tokens(&self) -> Option<usize> {
-        let laid = self.laid.as_ref()?;
-        Some(
-            laid.iter()
-                .filter_map(|g| g.rows.as_ref().ok())
-                .flatten()
-                .flatten()
-                .map(|e| e.row.ids.len())
-                .sum(),
-        )
+        match &self.planned {
+            Ok(p) if p.alone => None,
+            Err(_) => Some(0),
+            Ok(_) => Some(
+                self.laid
+                    .iter()
+                    .flatten()
+                    .filter_map(|g| g.rows.as_ref().ok())
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.row.ids.len())
+                    .sum(),
+            ),
+        }
     }
 
     /// Whether the request still needs laying out on the checkpoints' thread.

@@ -422,3 +422,35 @@ fn each_request_is_handed_over_once_its_own_passes_are_done() {
     assert_eq!(order, [(0, 1), (1, 2), (2, 3)], "(request, passes run)");
     assert!(handed[1].since >= handed[0].at && handed[2].since >= handed[1].at);
 }
+
+#[test]
+fn a_preparation_says_what_it_takes_of_a_pass() {
+    let settings = Settings {
+        routing: RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false),
+        tournament_group: 2,
+        pass_tokens: 4096,
+    };
+    let passes = Arc::default();
+    let mut shared = Single::new(agent("tiny", &passes, true), None);
+    let plain = choice(2, false);
+    let answered = decide(&mut shared, &settings, &plain).expect("answered");
+    let names = answered.states.iter().map(|s| s.routing.model.clone());
+    let layouts = Layouts::of(&mut shared, names);
+    let rows: usize = answered
+        .states
+        .iter()
+        .map(|s| s.result.usage.input_tokens)
+        .sum();
+    assert!(rows > 0);
+    // Laid out: its rows' tokens. Refused by the tournament's plan: nothing. A tournament
+    // runs alone. Not laid out (no layouts yet): nothing until its turn.
+    assert_eq!(prepare(&settings, &layouts, &plain).tokens(), Some(rows));
+    let refused = choice(101, true);
+    assert_eq!(prepare(&settings, &layouts, &refused).tokens(), Some(0));
+    let tournament = choice(5, false);
+    assert_eq!(prepare(&settings, &layouts, &tournament).tokens(), None);
+    assert_eq!(
+        prepare(&settings, &Layouts::default(), &plain).tokens(),
+        Some(0)
+    );
+}

@@ -5,11 +5,11 @@
 //! tracing span, and await the reply. The thread builds its engines itself, so no device value
 //! crosses threads, and inference never runs on the I/O threads.
 //!
-//! On an engine whose answers do not depend on their batch mates, whatever is queued when the
-//! worker looks is taken together and the requests share forward passes
+//! On an engine whose answers do not depend on their batch mates, the queued requests that
+//! one forward pass holds are taken together, in arrival order, and share it
 //! ([`laya_core::decide::decide_prepared_each`]), each still getting the answer it would get
-//! alone. Each answer leaves as soon as its own passes are done, not with the group's last.
-//! Nothing waits for more requests to arrive. On any other engine (MLX's) the worker
+//! alone; the next pass takes the next ones. Each answer leaves as soon as its own passes
+//! are done. Nothing waits for more requests to arrive. On any other engine (MLX's) the worker
 //! takes one request at a time, so that each answer leaves as soon as it is done, with its
 //! own inference time.
 //!
@@ -379,25 +379,18 @@ where
                 // meanwhile behind them, for the next pass. Each pass is then as full as the
                 // queue allows, where a group taken whole ended in a pass of its leftovers
                 // while newer requests waited for the whole group.
-                let mut jobs = if pass_tokens > 0 && shares_passes(&shared) {
+                let jobs = if pass_tokens > 0 && shares_passes(&shared) {
                     backlog.push_front(job);
                     backlog.extend(rx.try_iter());
+                    // Gone from anywhere in the backlog, not only its front: each still holds
+                    // an admission slot.
+                    drop_gone(&shared, &mut backlog);
                     take_pass(&mut backlog, pass_tokens)
                 } else {
-                    vec![job]
+                    let mut one = VecDeque::from([job]);
+                    drop_gone(&shared, &mut one);
+                    one.into()
                 };
-                // The client disconnected, or its deadline passed, while it was queued: nobody
-                // would read the answer.
-                let before = jobs.len();
-                jobs.retain(|j| !j.reply.is_closed());
-                if jobs.len() < before {
-                    tracing::debug!(
-                        dropped = before - jobs.len(),
-                        "dropped queued decisions: their clients have gone"
-                    );
-                    shared.lock().unwrap_or_else(|e| e.into_inner()).cancelled +=
-                        (before - jobs.len()) as u64;
-                }
                 if jobs.is_empty() {
                     continue;
                 }
@@ -498,10 +491,28 @@ where
     ))
 }
 
+/// Drops the queued decisions whose client disconnected, or whose deadline passed, while they
+/// were queued (nobody would read the answer), and counts them.
+fn drop_gone(published: &Mutex<Published>, jobs: &mut VecDeque<Job>) {
+    let before = jobs.len();
+    jobs.retain(|j| !j.reply.is_closed());
+    let gone = before - jobs.len();
+    if gone > 0 {
+        tracing::debug!(
+            dropped = gone,
+            "dropped queued decisions: their clients have gone"
+        );
+        published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cancelled += gone as u64;
+    }
+}
+
 /// The jobs at the front of `backlog` that one shared pass of `pass_tokens` tokens holds:
-/// laid-out requests while their rows fit (the first one whatever its size), or a request
-/// that runs alone on its own. A request not prepared ahead counts no tokens here: it is
-/// laid out, or run alone, when its turn comes.
+/// requests while their rows fit ([`Preparation::tokens`]; the first one whatever its
+/// size), or a request that runs alone on its own. A request not prepared ahead counts no
+/// tokens here: it is laid out, or run alone, when its turn comes.
 fn take_pass(backlog: &mut VecDeque<Job>, pass_tokens: usize) -> Vec<Job> {
     let mut taken = Vec::new();
     let mut tokens = 0;
