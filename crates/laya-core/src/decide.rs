@@ -879,7 +879,7 @@ struct Group {
 fn run_shared<C: Checkpoints, F: FnMut(&C, Answered)>(
     checkpoints: &mut C,
     ds: &[&Decision],
-    mut pending: Vec<(usize, Prepared)>,
+    pending: Vec<(usize, Prepared)>,
     pass_tokens: usize,
     out: &mut Deliveries<F>,
 ) {
@@ -891,24 +891,25 @@ fn run_shared<C: Checkpoints, F: FnMut(&C, Answered)>(
             }
         }
     }
-    // Decoding needs each agent's config.
-    let configs: Vec<(u64, AgentConfig)> = keys
-        .iter()
-        .filter_map(|&k| Some((k, checkpoints.peek(k)?.config.clone())))
-        .collect();
-    // Per request: its groups still without outputs, and where its time starts (its first
-    // pass's `since`).
-    let mut waiting: Vec<usize> = pending.iter().map(|(_, p)| p.groups.len()).collect();
-    let mut begun: Vec<Option<Instant>> = vec![None; pending.len()];
-    for pi in 0..pending.len() {
-        if waiting[pi] == 0 {
-            let (i, p) = (pending[pi].0, std::mem::take(&mut pending[pi].1));
-            out.give(&*checkpoints, i, finish(&configs, ds[i], p), None);
+    let mut run = Run {
+        // Decoding needs each agent's config.
+        configs: keys
+            .iter()
+            .filter_map(|&k| Some((k, checkpoints.peek(k)?.config.clone())))
+            .collect(),
+        waiting: pending.iter().map(|(_, p)| p.groups.len()).collect(),
+        begun: vec![None; pending.len()],
+        pending,
+    };
+    for pi in 0..run.pending.len() {
+        if run.waiting[pi] == 0 {
+            run.hand_over(&*checkpoints, ds, pi, out);
         }
     }
     for key in keys {
         // Every group for this agent, in request order: (request, group) indices.
-        let members: Vec<(usize, usize)> = pending
+        let members: Vec<(usize, usize)> = run
+            .pending
             .iter()
             .enumerate()
             .flat_map(|(pi, (_, p))| {
@@ -926,7 +927,7 @@ fn run_shared<C: Checkpoints, F: FnMut(&C, Answered)>(
             let mut tokens = 0;
             while end < members.len() {
                 let (pi, gi) = members[end];
-                let t: usize = pending[pi].1.groups[gi]
+                let t: usize = run.pending[pi].1.groups[gi]
                     .rows
                     .iter()
                     .flatten()
@@ -940,28 +941,19 @@ fn run_shared<C: Checkpoints, F: FnMut(&C, Answered)>(
             }
             let batch = &members[start..end];
             for &(pi, _) in batch {
-                begun[pi].get_or_insert(out.since);
+                run.begun[pi].get_or_insert(out.since);
             }
             let rows: Vec<crate::engine::Row> = batch
                 .iter()
-                .flat_map(|&(pi, gi)| pending[pi].1.groups[gi].rows.iter().flatten())
+                .flat_map(|&(pi, gi)| run.pending[pi].1.groups[gi].rows.iter().flatten())
                 .map(|e| e.row.clone())
                 .collect();
             let Some(agent) = checkpoints.peek(key) else {
                 let rest = &members[start..];
                 for &(pi, gi) in rest {
-                    pending[pi].1.groups[gi].outputs = Some(Err(unrouted()));
+                    run.pending[pi].1.groups[gi].outputs = Some(Err(unrouted()));
                 }
-                finish_done(
-                    checkpoints,
-                    ds,
-                    &configs,
-                    &mut pending,
-                    &mut waiting,
-                    rest,
-                    &begun,
-                    out,
-                );
+                run.done(checkpoints, ds, rest, out);
                 break;
             };
             let pass_started = Instant::now();
@@ -984,7 +976,7 @@ fn run_shared<C: Checkpoints, F: FnMut(&C, Answered)>(
                 Ok(outputs) => {
                     let mut outputs = outputs.into_iter();
                     for &(pi, gi) in batch {
-                        let g = &mut pending[pi].1.groups[gi];
+                        let g = &mut run.pending[pi].1.groups[gi];
                         let n = g.rows.iter().map(Vec::len).sum();
                         g.outputs = Some(Ok(outputs.by_ref().take(n).collect()));
                     }
@@ -995,46 +987,62 @@ fn run_shared<C: Checkpoints, F: FnMut(&C, Answered)>(
                     for &(pi, gi) in batch {
                         let failed =
                             crate::engine::EngineError::backend("shared pass", text.clone());
-                        pending[pi].1.groups[gi].outputs =
+                        run.pending[pi].1.groups[gi].outputs =
                             Some(Err(DecideError::Predict(failed.into())));
                     }
                 }
             }
-            finish_done(
-                checkpoints,
-                ds,
-                &configs,
-                &mut pending,
-                &mut waiting,
-                batch,
-                &begun,
-                out,
-            );
+            run.done(checkpoints, ds, batch, out);
             out.since = Instant::now();
             start = end;
         }
     }
 }
 
-/// Counts `groups` as run and hands over each request that has no group left to run.
-#[allow(clippy::too_many_arguments)]
-fn finish_done<C: Checkpoints, F: FnMut(&C, Answered)>(
-    checkpoints: &C,
-    ds: &[&Decision],
-    configs: &[(u64, AgentConfig)],
-    pending: &mut [(usize, Prepared)],
-    waiting: &mut [usize],
-    groups: &[(usize, usize)],
-    begun: &[Option<Instant>],
-    out: &mut Deliveries<F>,
-) {
-    for &(pi, _) in groups {
-        waiting[pi] -= 1;
-        if waiting[pi] == 0 {
-            // Decoding is cheap next to starting threads: one request after another.
-            let (i, p) = (pending[pi].0, std::mem::take(&mut pending[pi].1));
-            out.give(checkpoints, i, finish(configs, ds[i], p), begun[pi]);
+/// The requests of one shared run, and what each still waits for.
+struct Run {
+    pending: Vec<(usize, Prepared)>,
+    /// Per request: its groups still without outputs.
+    waiting: Vec<usize>,
+    /// Per request: where its time starts (its first pass's `since`).
+    begun: Vec<Option<Instant>>,
+    /// Each agent's config, for decoding.
+    configs: Vec<(u64, AgentConfig)>,
+}
+
+impl Run {
+    /// Counts `groups` as run and hands over each request that has no group left to run.
+    fn done<C: Checkpoints, F: FnMut(&C, Answered)>(
+        &mut self,
+        checkpoints: &C,
+        ds: &[&Decision],
+        groups: &[(usize, usize)],
+        out: &mut Deliveries<F>,
+    ) {
+        for &(pi, _) in groups {
+            self.waiting[pi] -= 1;
+            if self.waiting[pi] == 0 {
+                self.hand_over(checkpoints, ds, pi, out);
+            }
         }
+    }
+
+    /// Decodes request `pi` and hands it over. Decoding is cheap next to starting threads:
+    /// one request after another.
+    fn hand_over<C: Checkpoints, F: FnMut(&C, Answered)>(
+        &mut self,
+        checkpoints: &C,
+        ds: &[&Decision],
+        pi: usize,
+        out: &mut Deliveries<F>,
+    ) {
+        let (i, p) = (self.pending[pi].0, std::mem::take(&mut self.pending[pi].1));
+        out.give(
+            checkpoints,
+            i,
+            finish(&self.configs, ds[i], p),
+            self.begun[pi],
+        );
     }
 }
 
