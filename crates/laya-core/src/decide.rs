@@ -560,8 +560,8 @@ impl Preparation {
     }
 
     /// What it takes of the shared passes' [`Settings::pass_tokens`]: the tokens of its
-    /// rows (all of them, whichever checkpoints' passes they go to: at most what it takes of
-    /// one pass). `None` for a request that runs alone (a tournament, windows); 0 for one
+    /// rows (all of them, whichever checkpoints' passes they go to, so an upper bound on
+    /// what it takes of one pass). `None` for a request that runs alone (a tournament, windows); 0 for one
     /// refused before any pass, or not laid out yet (it is laid out, or runs alone, when its
     /// turn comes).
     pub fn tokens(&self) -> Option<usize> {
@@ -622,9 +622,9 @@ pub struct Answered {
     /// Its place among the call's requests.
     pub index: usize,
     pub result: Result<Decided, DecideError>,
-    /// When the work that answered it began: the end of the last pass or lone request before
-    /// it (before its first pass, for a request that shares passes), or the call's start if
-    /// there was none. A request refused without a pass of its own counts from the same point
+    /// When the work that answered it began: the moment the last pass or lone request before
+    /// it (before its first pass, for a request that shares passes) had handed its answers
+    /// over, or the call's start if there was none. A request refused without a pass of its own counts from the same point
     /// before its refusal.
     pub since: Instant,
 }
@@ -736,7 +736,7 @@ pub fn decide_prepared_each<C: Checkpoints>(
 struct Deliveries<F> {
     answer: F,
     given: Vec<bool>,
-    /// The end of the last pass or lone request.
+    /// When the last pass or lone request had handed its answers over, or the call's start.
     since: Instant,
 }
 

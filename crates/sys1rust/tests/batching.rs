@@ -163,8 +163,11 @@ fn on_an_engine_that_cannot_share_passes_each_answer_leaves_when_it_is_done() {
     assert_eq!(gate.calls(), 3, "one pass a request");
 }
 
+/// Neither waits for the other's pass, nor counts it in its time. (Answers handed over in
+/// the middle of one decision call are laya-core's test: here the worker already gives the
+/// lone request a turn of its own.)
 #[test]
-fn a_shared_group_answers_each_request_when_its_own_passes_are_done() {
+fn a_lone_request_and_those_queued_around_it_answer_on_their_own_passes() {
     let _serial = serial();
     let bodies = smoke_bodies();
     // Read in windows, a request runs alone, between the shared passes of the others.
