@@ -559,11 +559,11 @@ impl Preparation {
         self.laid.is_some()
     }
 
-    /// What it takes of the shared passes' [`Settings::pass_tokens`]: the tokens of its
-    /// rows (all of them, whichever checkpoints' passes they go to, so an upper bound on
-    /// what it takes of one pass). `None` for a request that runs alone (a tournament, windows); 0 for one
-    /// refused before any pass, or not laid out yet (it is laid out, or runs alone, when its
-    /// turn comes).
+    /// What it takes of the shared passes' [`Settings::pass_tokens`], counted as the passes
+    /// count it: the tokens of its rows (all of them, whichever checkpoints' passes they go
+    /// to, so an upper bound on what it takes of one pass). `None` for a request that runs
+    /// alone (a tournament, windows); 0 for one refused before any pass, or not laid out yet
+    /// (it is laid out, or runs alone, when its turn comes).
     pub fn tokens(&self) -> Option<usize> {
         match &self.planned {
             Ok(p) if p.alone => None,
@@ -572,10 +572,8 @@ impl Preparation {
                 self.laid
                     .iter()
                     .flatten()
-                    .filter_map(|g| g.rows.as_ref().ok())
-                    .flatten()
-                    .flatten()
-                    .map(|e| e.row.ids.len())
+                    .filter_map(|g| g.rows.as_deref().ok())
+                    .map(row_tokens)
                     .sum(),
             ),
         }
@@ -624,8 +622,8 @@ pub struct Answered {
     pub result: Result<Decided, DecideError>,
     /// When the work that answered it began: the moment the last pass or lone request before
     /// it (before its first pass, for a request that shares passes) had handed its answers
-    /// over, or the call's start if there was none. A request refused without a pass of its own counts from the same point
-    /// before its refusal.
+    /// over, or the call's start if there was none. A request refused without a pass of its
+    /// own counts from the same point before its refusal.
     pub since: Instant,
 }
 
@@ -855,6 +853,11 @@ fn admit<C: Checkpoints>(
     })
 }
 
+/// The tokens one group's rows (per state, per question) take of a shared pass.
+fn row_tokens(rows: &[Vec<crate::layout::EncodedRow>]) -> usize {
+    rows.iter().flatten().map(|e| e.row.ids.len()).sum()
+}
+
 /// A request laid out for shared passes: its routes, its questions and, per routed
 /// checkpoint, its states' rows.
 #[derive(Default)]
@@ -927,12 +930,7 @@ fn run_shared<C: Checkpoints, F: FnMut(&C, Answered)>(
             let mut tokens = 0;
             while end < members.len() {
                 let (pi, gi) = members[end];
-                let t: usize = run.pending[pi].1.groups[gi]
-                    .rows
-                    .iter()
-                    .flatten()
-                    .map(|e| e.row.ids.len())
-                    .sum();
+                let t = row_tokens(&run.pending[pi].1.groups[gi].rows);
                 if end > start && tokens + t > pass_tokens {
                     break;
                 }
