@@ -154,6 +154,74 @@ pub fn compile(
 
 /// Runs NVRTC on `src` with `opts` and returns the cubin, or the compiler's log as the error.
 pub fn nvrtc_compile(src: &str, opts: &[String]) -> Result<Vec<u8>, CudaError> {
+    nvrtc_run(src, opts).map(|(image, _)| image)
+}
+
+/// What ptxas reports for one kernel (`__global__` function) of a compile.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelResources {
+    /// The kernel's name.
+    pub name: String,
+    /// Registers a thread.
+    pub registers: u32,
+    /// Bytes a thread spills to local memory, and reads back.
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+    /// Static shared memory a block.
+    pub shared_bytes: u32,
+}
+
+/// The registers, spills and shared memory of every kernel of [`KERNELS`], compiled for
+/// compute capability `cc` and hidden size `hidden` as [`compile`] compiles them (no cache,
+/// no GPU). A kernel that spills in its inner loop can run slower by more than the change
+/// that made it spill gains, so this shows the cost before a GPU runs it.
+pub fn kernel_resources(cc: (i32, i32), hidden: usize) -> Result<Vec<KernelResources>, CudaError> {
+    let mut opts = options(cc, hidden);
+    opts.push("--ptxas-options=-v".into());
+    let (_, log) = nvrtc_run(KERNELS, &opts)?;
+    Ok(parse_ptxas_report(&log))
+}
+
+/// The kernels in ptxas's verbose report. Its lines for a kernel follow
+/// `Compiling entry function 'NAME'`; a non-inlined device function has its own
+/// `Function properties for NAME` lines, which belong to no kernel.
+fn parse_ptxas_report(log: &str) -> Vec<KernelResources> {
+    fn quoted(line: &str) -> Option<&str> {
+        line.split('\'').nth(1)
+    }
+    fn number_before(line: &str, unit: &str) -> Option<u32> {
+        let at = line.find(unit)?;
+        line[..at].split_whitespace().last()?.parse().ok()
+    }
+    let mut kernels: Vec<KernelResources> = Vec::new();
+    let mut current = false;
+    for line in log.lines() {
+        if line.contains("Compiling entry function") {
+            kernels.push(KernelResources {
+                name: quoted(line).unwrap_or_default().to_string(),
+                ..KernelResources::default()
+            });
+            current = true;
+        } else if let Some((_, name)) = line.split_once("Function properties for") {
+            current = kernels.last().is_some_and(|k| k.name == name.trim());
+        } else if let (true, Some(k)) = (current, kernels.last_mut()) {
+            if let Some(n) = number_before(line, "bytes spill stores") {
+                k.spill_stores = n;
+            }
+            if let Some(n) = number_before(line, "bytes spill loads") {
+                k.spill_loads = n;
+            }
+            if line.contains("Used ") {
+                k.registers = number_before(line, "registers").unwrap_or(0);
+                k.shared_bytes = number_before(line, "bytes smem").unwrap_or(0);
+            }
+        }
+    }
+    kernels
+}
+
+/// Runs NVRTC on `src` with `opts`: the cubin and the compiler's log, or the log as the error.
+fn nvrtc_run(src: &str, opts: &[String]) -> Result<(Vec<u8>, String), CudaError> {
     let src = CString::new(src).map_err(|_| CudaError::Compile("NUL in the source".into()))?;
     let name = CString::new("laya_kernels.cu").map_err(|_| CudaError::Compile("name".into()))?;
     let copts: Vec<CString> = opts
@@ -194,7 +262,7 @@ pub fn nvrtc_compile(src: &str, opts: &[String]) -> Result<Vec<u8>, CudaError> {
                     nvrtc::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut c_char),
                     "nvrtcGetCUBIN",
                 )
-                .map(|_| image)
+                .map(|_| (image, program_log(prog)))
             })
         };
         nvrtc::nvrtcDestroyProgram(&mut prog);
@@ -215,4 +283,48 @@ unsafe fn program_log(prog: nvrtc::nvrtcProgram) -> String {
         return String::new();
     }
     CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptxas_report_is_read_per_kernel() {
+        // The shape of ptxas's verbose report, a non-inlined device function included.
+        let log = "\
+ptxas info    : 0 bytes gmem
+ptxas info    : Function properties for helper
+ptxas         .     16 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Compiling entry function 'attention_mma' for 'sm_90'
+ptxas info    : Function properties for attention_mma
+ptxas         .     8 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 127 registers, used 1 barriers, 8 bytes cumulative stack size, 46080 bytes smem
+ptxas info    : Compile time = 71.490 ms
+ptxas info    : Function properties for helper2
+ptxas         .     0 bytes stack frame, 40 bytes spill stores, 40 bytes spill loads
+ptxas info    : Compiling entry function 'geglu' for 'sm_90'
+ptxas info    : Function properties for geglu
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers
+";
+        let k = parse_ptxas_report(log);
+        assert_eq!(
+            k,
+            vec![
+                KernelResources {
+                    name: "attention_mma".into(),
+                    registers: 127,
+                    spill_stores: 8,
+                    spill_loads: 12,
+                    shared_bytes: 46080,
+                },
+                KernelResources {
+                    name: "geglu".into(),
+                    registers: 32,
+                    ..KernelResources::default()
+                },
+            ]
+        );
+    }
 }
