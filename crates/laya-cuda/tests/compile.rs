@@ -50,8 +50,8 @@ fn kernels_compile_for_ampere_and_hopper() {
 
 /// Register budgets, as ptxas reports them for the engine's own options. On Hopper
 /// `attention_mma` runs at the 128 registers its four blocks a multiprocessor leave, with one
-/// 8-byte value spilled outside its key loop; variants that spilled more ran slower
-/// (results/GPU.md, 2026-12-06). Every other kernel spills nothing.
+/// 8-byte value spilled, read back only when the next key tile's copy is queued; variants
+/// that spilled more ran slower (results/GPU.md, 2026-12-06). No other kernel spills.
 #[test]
 fn kernels_keep_their_register_budgets() {
     if !nvrtc() {
