@@ -164,8 +164,9 @@ pub struct KernelResources {
     pub name: String,
     /// Registers a thread.
     pub registers: u32,
-    /// Bytes a thread spills to local memory, and reads back.
+    /// Bytes a thread stores to local memory for want of registers.
     pub spill_stores: u32,
+    /// Bytes it loads back from there.
     pub spill_loads: u32,
     /// Static shared memory a block.
     pub shared_bytes: u32,
@@ -173,8 +174,8 @@ pub struct KernelResources {
 
 /// The registers, spills and shared memory of every kernel of [`KERNELS`], compiled for
 /// compute capability `cc` and hidden size `hidden` as [`compile`] compiles them (no cache,
-/// no GPU). A kernel that spills in its inner loop can run slower by more than the change
-/// that made it spill gains, so this shows the cost before a GPU runs it.
+/// no GPU). A spill in a kernel's inner loop can cost more than the change that caused it
+/// saves; this shows it before a GPU runs the kernel.
 pub fn kernel_resources(cc: (i32, i32), hidden: usize) -> Result<Vec<KernelResources>, CudaError> {
     let mut opts = options(cc, hidden);
     opts.push("--ptxas-options=-v".into());
