@@ -339,37 +339,9 @@ where
             loop {
                 let job = match backlog.pop_front() {
                     Some(job) => job,
-                    None => match idle_unload {
-                        None => match rx.recv() {
-                            Ok(job) => job,
-                            Err(_) => return,
-                        },
-                        Some(idle) => {
-                            let since = shared
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .last_request
-                                .elapsed();
-                            match rx.recv_timeout(idle.saturating_sub(since)) {
-                                Ok(job) => job,
-                                Err(mpsc::RecvTimeoutError::Timeout) => {
-                                    if !checkpoints.resident().is_empty() {
-                                        checkpoints.unload_all();
-                                        tracing::info!(
-                                            idle_s = idle.as_secs_f64(),
-                                            "idle: unloaded the resident checkpoints"
-                                        );
-                                        publish(&shared, &checkpoints, false);
-                                    }
-                                    // Wait for the next request before counting idleness again.
-                                    match rx.recv() {
-                                        Ok(job) => job,
-                                        Err(_) => return,
-                                    }
-                                }
-                                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                            }
-                        }
+                    None => match receive(&rx, idle_unload, &shared, &mut checkpoints) {
+                        Some(job) => job,
+                        None => return,
                     },
                 };
                 // Only where requests can share passes (resident agents with layouts, on an
@@ -489,6 +461,41 @@ where
         ready_rx,
         thread,
     ))
+}
+
+/// The next job off the channel, however long it takes to come. With `idle_unload`,
+/// everything resident is unloaded once no decision has finished for that long, and the wait
+/// goes on. `None`: the channel has closed.
+fn receive<C: Owned>(
+    rx: &mpsc::Receiver<Job>,
+    idle_unload: Option<Duration>,
+    shared: &Mutex<Published>,
+    checkpoints: &mut C,
+) -> Option<Job> {
+    let Some(idle) = idle_unload else {
+        return rx.recv().ok();
+    };
+    let since = shared
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .last_request
+        .elapsed();
+    match rx.recv_timeout(idle.saturating_sub(since)) {
+        Ok(job) => Some(job),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            if !checkpoints.resident().is_empty() {
+                checkpoints.unload_all();
+                tracing::info!(
+                    idle_s = idle.as_secs_f64(),
+                    "idle: unloaded the resident checkpoints"
+                );
+                publish(shared, checkpoints, false);
+            }
+            // Wait for the next request before counting idleness again.
+            rx.recv().ok()
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => None,
+    }
 }
 
 /// Drops the queued decisions whose client disconnected, or whose deadline passed, while they
