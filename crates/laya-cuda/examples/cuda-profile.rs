@@ -7,7 +7,9 @@
 //! ```
 //! Rows are synthetic: token ids 1000 + i, four option markers at positions 1-4. `ITERS`
 //! (default 50) sets the repetitions, `TUNE=1` times cuBLASLt's candidates for every GEMM shape,
-//! `SHORT=N` sets the passes that take faster GEMM kernels of the same bits (`gemm_short_tokens`).
+//! `SHORT=N` sets the passes that take faster GEMM kernels of the same bits (`gemm_short_tokens`),
+//! `OWN=1` adds our own GEMM kernel to those on Hopper (`gemm_own`). The engine's logs go to stderr
+//! as `RUST_LOG` says (e.g. `laya_cuda=debug` for each short pass's GEMM timings).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -32,8 +34,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50);
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let settings = CudaSettings {
         tune_gemms: std::env::var("TUNE").is_ok_and(|v| v == "1"),
+        gemm_own: std::env::var("OWN").is_ok_and(|v| v == "1"),
         gemm_short_tokens: std::env::var("SHORT")
             .ok()
             .and_then(|v| v.parse().ok())

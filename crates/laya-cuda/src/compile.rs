@@ -66,14 +66,27 @@ pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
 /// tensor-core attention asks for as many blocks a multiprocessor as its shared memory
 /// allows there (`LAYA_ATT_BLOCKS`).
 fn options(cc: (i32, i32), hidden: usize) -> Vec<String> {
-    vec![
+    let mut opts = vec![
         format!("--gpu-architecture=sm_{}{}", cc.0, cc.1),
         format!("-DLAYA_MAXC={}", hidden.div_ceil(256).clamp(1, 8)),
         format!("-DLAYA_ATT_BLOCKS={}", attention_blocks(cc)),
         "--std=c++17".into(),
         // No --use_fast_math: erf, exp and division stay exact, as upstream's are.
         "-default-device".into(),
-    ]
+    ];
+    if has_wgmma(cc) {
+        // wgmma exists only in the arch-specific target, whose code runs on this very
+        // compute capability and no other; the engine compiles for the GPU at hand anyway.
+        opts[0].push('a');
+        opts.push("-DLAYA_WGMMA".into());
+    }
+    opts
+}
+
+/// Whether the kernels for compute capability `cc` include `gemm_wg`, the Hopper GEMM of the
+/// short passes (`wgmma` is Hopper's alone: Blackwell has other tensor-core instructions).
+pub fn has_wgmma(cc: (i32, i32)) -> bool {
+    cc == (9, 0)
 }
 
 /// Blocks of `attention_mma` (45 KB of shared memory each, 1 KB more reserved) that fit one

@@ -21,6 +21,7 @@ use crate::error::{CudaError, ForwardError, LoadError};
 use crate::gemm::{Blas, Gemm, Kind};
 use crate::gpu::{copy_in, copy_out, Args, DeviceBuf, Event, Gpu, Graph, Module, PinnedBuf};
 use crate::weights::Weights;
+use crate::wgmma::WgKernels;
 
 /// Which attention kernel runs the encoder and the head's full layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,6 +68,13 @@ pub struct CudaSettings {
     /// question's pass by 8-15% and four questions' over 256 or 512 tokens by ~11%, and
     /// adds ~10 s to the warm-up (results/GPU.md).
     pub gemm_short_tokens: usize,
+    /// On Hopper, the short passes' timed candidates include `gemm_wg`, a GEMM kernel of our
+    /// own with blocks small enough to spread a few hundred rows over the whole GPU, taken
+    /// like cuBLASLt's candidates only where it gives the same bits (`wgmma.rs`). It gives
+    /// cuBLASLt's bits for every layer of the three models' shapes, but is no faster yet (a
+    /// few short pass sizes take it, within noise in and out of process on an H100;
+    /// results/GPU.md), so it is off by default: each timed size would only cost warm-up.
+    pub gemm_own: bool,
 }
 
 impl Default for CudaSettings {
@@ -81,6 +89,7 @@ impl Default for CudaSettings {
             gemm_tokens: 512,
             gemm_long_tokens: vec![2048],
             gemm_short_tokens: 6144,
+            gemm_own: false,
         }
     }
 }
@@ -273,6 +282,11 @@ impl CudaEngine {
             }
             Err(e) => return Err(e.into()),
         };
+        let own = if settings.gemm_own && compile::has_wgmma(gpu.cc) {
+            Some(WgKernels::load(&module)?)
+        } else {
+            None
+        };
         let kernels = Kernels::load(module)?;
         let weights = Weights::load(&tensors, &config)?;
         // The uploads are synchronous copies from pageable memory on the legacy stream, which
@@ -283,6 +297,7 @@ impl CudaEngine {
         blas.reference_tokens = settings.gemm_tokens.max(1);
         blas.long_tokens = settings.gemm_long_tokens.clone();
         blas.short_tokens = settings.gemm_short_tokens;
+        blas.own = own;
         tracing::info!(
             dir = %dir.display(),
             gpu = %gpu.name,
@@ -316,9 +331,10 @@ impl CudaEngine {
         self.stats
     }
 
-    /// GEMM layer shapes planned so far, the long-pass algorithms they took, and the short
-    /// pass sizes that took a faster algorithm of the same bits (`gemm.rs`).
-    pub fn gemm_algorithms(&self) -> (usize, usize, usize) {
+    /// GEMM layer shapes planned so far, the long-pass algorithms they took, the short pass
+    /// sizes that took a faster algorithm of the same bits (`gemm.rs`), and how many of
+    /// those took `gemm_wg`.
+    pub fn gemm_algorithms(&self) -> (usize, usize, usize, usize) {
         self.blas.families()
     }
 
@@ -1163,13 +1179,14 @@ impl Forward for CudaEngine {
         }
         // From here on requests wait on whatever is planned.
         self.blas.end_short_timing();
-        let (families, long_pass, short_pass) = self.blas.families();
+        let (families, long_pass, short_pass, own) = self.blas.families();
         tracing::info!(
             families,
             long_pass,
             short_pass,
+            own,
             batch_invariant = self.blas.batch_invariant(),
-            "GEMM algorithms chosen (long_pass: algorithms for long passes, short_pass: short pass sizes with a faster algorithm, all of the same bits)"
+            "GEMM algorithms chosen (long_pass: algorithms for long passes, short_pass: short pass sizes with a faster algorithm, own: of those, with our own kernel; all of the same bits)"
         );
         Ok(())
     }

@@ -35,6 +35,13 @@
 //! A timed pass that reaches a long tier is timed against that tier's algorithm instead, and
 //! a candidate must give its bits (the tier's algorithm was itself checked against the first
 //! one's when it was chosen).
+//!
+//! On Hopper the short passes' candidates may include `gemm_wg` ([`crate::wgmma`]; off by
+//! default, [`Blas::own`]), a kernel of our own whose blocks are small enough to cover the
+//! GPU with a few hundred rows. It adds up each output as cuBLASLt's split-free Hopper
+//! kernels do, and gave their bits for every layer of the three models on an H100; still,
+//! like theirs, its bits are taken only where the check sees them equal to the first
+//! algorithm's.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -44,6 +51,7 @@ use cudarc::cublaslt::sys;
 
 use crate::error::CudaError;
 use crate::gpu::{self, DeviceBuf, Event};
+use crate::wgmma::{Tile, WgKernels};
 
 /// The workspace cuBLASLt may use; allocated once, so the GEMMs can be captured in graphs.
 const WORKSPACE_BYTES: usize = 32 << 20;
@@ -90,6 +98,23 @@ impl Kind {
             _ => 0.0,
         }
     }
+    /// `gemm_wg`'s `kind` argument (`kernels.cu`'s `WG_*`).
+    pub(crate) fn code(self) -> i32 {
+        match self {
+            Kind::Half => 0,
+            Kind::HalfBias => 1,
+            Kind::HalfReluBias => 2,
+            Kind::Residual => 3,
+            Kind::ResidualBias => 4,
+        }
+    }
+}
+
+/// What runs one GEMM: a cuBLASLt algorithm, or `gemm_wg` with blocks of one width.
+#[derive(Clone, Copy)]
+enum Algo {
+    Lt(sys::cublasLtMatmulAlgo_t),
+    Own(Tile),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -141,6 +166,9 @@ struct Plan {
     b: sys::cublasLtMatrixLayout_t,
     d: sys::cublasLtMatrixLayout_t,
     algo: sys::cublasLtMatmulAlgo_t,
+    /// `gemm_wg`'s width when it runs this shape instead of `algo` (which it matched), as
+    /// long as the operands suit it.
+    own: Option<Tile>,
 }
 
 impl Drop for Plan {
@@ -185,6 +213,13 @@ pub struct Blas {
     /// Passes planned with a timed algorithm (faster than their family's first algorithm or
     /// their long tier's, with the same bits).
     short_plans: usize,
+    /// Of those, the ones that took `gemm_wg`.
+    short_own: usize,
+    /// `gemm_wg`, where the engine loaded it (Hopper): then a short pass's timed candidates
+    /// include it.
+    pub own: Option<WgKernels>,
+    /// Per family, whether `gemm_wg` gave its first algorithm's bits ([`Blas::own_bits`]).
+    own_same_bits: HashMap<Family, bool>,
     /// [`FLUSH_BYTES`] the short passes' timing writes to push the weights out of the L2
     /// cache, and the timed GEMMs' output (grown as needed); both freed when timing ends.
     short_flush: Option<DeviceBuf>,
@@ -243,6 +278,9 @@ impl Blas {
             families: HashMap::new(),
             short_probes: HashMap::new(),
             short_plans: 0,
+            short_own: 0,
+            own: None,
+            own_same_bits: HashMap::new(),
             short_flush: None,
             short_out: None,
             tune: false,
@@ -281,15 +319,16 @@ impl Blas {
         self.short_out = None;
     }
 
-    /// Families planned so far, the algorithms for long passes they took, all told, and the
-    /// short passes planned with a faster algorithm of the same bits.
-    pub fn families(&self) -> (usize, usize, usize) {
+    /// Families planned so far, the algorithms for long passes they took, all told, the
+    /// short passes planned with a faster algorithm of the same bits, and how many of those
+    /// took `gemm_wg`.
+    pub fn families(&self) -> (usize, usize, usize, usize) {
         let long = self
             .families
             .values()
             .map(|c| c.long.iter().flatten().count())
             .sum();
-        (self.families.len(), long, self.short_plans)
+        (self.families.len(), long, self.short_plans, self.short_own)
     }
 
     /// Whether every GEMM planned so far computes each row independently of its batch mates
@@ -329,9 +368,14 @@ impl Blas {
                 let timed = self.short_timing && !self.capturing;
                 if choice.invariant && s.tokens <= self.short_tokens && timed {
                     match self.choose_short(s, &plan, &base, g, stream) {
-                        Ok(Some(algo)) => {
+                        Ok(Some(Algo::Lt(algo))) => {
                             plan.algo = algo;
                             self.short_plans += 1;
+                        }
+                        Ok(Some(Algo::Own(tile))) => {
+                            plan.own = Some(tile);
+                            self.short_plans += 1;
+                            self.short_own += 1;
                         }
                         Ok(None) => {}
                         // Only speed is at stake: the untimed algorithm serves this size.
@@ -376,6 +420,7 @@ impl Blas {
             d: std::ptr::null_mut(),
             // SAFETY: plain data, overwritten before any use.
             algo: unsafe { std::mem::zeroed() },
+            own: None,
         };
         let set = |attr: sys::cublasLtMatmulDescAttributes_t, v: *const c_void, n: usize| {
             // SAFETY: `v` points at a value of the attribute's type, `n` bytes.
@@ -700,9 +745,10 @@ impl Blas {
 
     /// A faster algorithm than `base` (the family's first algorithm, or the long tier's that
     /// the pass reaches) for the pass `s`, of the same bits: the heuristic's candidates at
-    /// `s.tokens` without split-K, timed against `base` with the weights out of the L2 cache,
-    /// the fastest tried first, each taken only if all of its output rows equal `base`'s on
-    /// the family's probe; `None` if none is faster by [`SHORT_MARGIN`] and agrees.
+    /// `s.tokens` without split-K and `gemm_wg`'s widths, timed against `base` with the
+    /// weights out of the L2 cache, the fastest tried first, each taken only if all of its
+    /// output rows equal `base`'s on the family's probe; `None` if none is faster by
+    /// [`SHORT_MARGIN`] and agrees.
     fn choose_short(
         &mut self,
         s: Shape,
@@ -710,14 +756,31 @@ impl Blas {
         base: &sys::cublasLtMatmulAlgo_t,
         g: &Gemm,
         stream: cudarc::driver::sys::CUstream,
-    ) -> Result<Option<sys::cublasLtMatmulAlgo_t>, CudaError> {
+    ) -> Result<Option<Algo>, CudaError> {
         let family = s.family();
-        let candidates: Vec<sys::cublasLtMatmulAlgo_t> = self
+        let mut candidates: Vec<Algo> = self
             .heuristic(plan, true)?
             .into_iter()
             .filter(|a| a.data != base.data && self.check(plan, a))
             .take(SHORT_CANDIDATES)
+            .map(Algo::Lt)
             .collect();
+        let tiles: Vec<Tile> = Tile::ALL
+            .into_iter()
+            .filter(|&t| self.own.is_some() && WgKernels::fits(t, g))
+            .collect();
+        if candidates.is_empty() && tiles.is_empty() {
+            return Ok(None);
+        }
+        if !self.short_probes.contains_key(&family) {
+            let probe = Probe::new(family, g, self.short_tokens.max(s.tokens))?;
+            self.short_probes.insert(family, probe);
+        }
+        if let Some(&tile) = tiles.first() {
+            if self.own_bits(s, plan, base, tile, stream)? {
+                candidates.extend(tiles.into_iter().map(Algo::Own));
+            }
+        }
         if candidates.is_empty() {
             return Ok(None);
         }
@@ -735,15 +798,11 @@ impl Blas {
             self.short_out = None;
             self.short_out = Some(DeviceBuf::alloc(out_bytes)?);
         }
-        if !self.short_probes.contains_key(&family) {
-            let probe = Probe::new(family, g, self.short_tokens.max(s.tokens))?;
-            self.short_probes.insert(family, probe);
-        }
         let probe = self
             .short_probes
             .get(&family)
             .ok_or_else(|| CudaError::Unavailable("GEMM probe vanished".into()))?;
-        let mut all = vec![*base];
+        let mut all = vec![Algo::Lt(*base)];
         all.extend(&candidates);
         let timed = Gemm {
             x: probe.x.ptr(),
@@ -753,8 +812,17 @@ impl Blas {
         let Some((&base_us, rest)) = times.split_first() else {
             return Ok(None);
         };
-        // (µs, the heuristic's rank, algorithm), fastest first.
-        let mut order: Vec<(f32, usize, sys::cublasLtMatmulAlgo_t)> = rest
+        let own_us: Vec<(Tile, f32)> = candidates
+            .iter()
+            .zip(rest)
+            .filter_map(|(a, &us)| match a {
+                Algo::Own(t) => Some((*t, us)),
+                Algo::Lt(_) => None,
+            })
+            .collect();
+        tracing::debug!(?s, base_us, ?own_us, "short pass timed");
+        // (µs, the rank among the candidates, algorithm), fastest first.
+        let mut order: Vec<(f32, usize, Algo)> = rest
             .iter()
             .copied()
             .zip(candidates)
@@ -764,12 +832,14 @@ impl Blas {
             .collect();
         order.sort_by(|a, b| a.0.total_cmp(&b.0));
         for (us, rank, algo) in order {
-            if probe.agrees(self, base, &algo, plan, s.tokens, stream)? {
+            let found = probe.differences(self, base, &algo, plan, s.tokens, stream)?;
+            if found.is_some_and(|(differing, _)| differing == 0) {
                 tracing::debug!(
                     ?s,
                     base_us,
                     us,
                     rank,
+                    own = matches!(algo, Algo::Own(_)),
                     "short pass: a faster GEMM algorithm of the same bits"
                 );
                 return Ok(Some(algo));
@@ -778,13 +848,51 @@ impl Blas {
         Ok(None)
     }
 
+    /// Whether `gemm_wg` gives `s`'s family the bits of `base` over a whole pass of `s`'s size
+    /// on the family's probe: checked once per family, before any timing, so that where its
+    /// sums are not cuBLASLt's bits it is never timed again. Every width adds up an output in
+    /// the same order, so one is checked here (and the one a pass takes again before it is
+    /// taken).
+    fn own_bits(
+        &mut self,
+        s: Shape,
+        plan: &Plan,
+        base: &sys::cublasLtMatmulAlgo_t,
+        tile: Tile,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<bool, CudaError> {
+        let family = s.family();
+        if let Some(&same) = self.own_same_bits.get(&family) {
+            return Ok(same);
+        }
+        let probe = self
+            .short_probes
+            .get(&family)
+            .ok_or_else(|| CudaError::Unavailable("GEMM probe vanished".into()))?;
+        let found = probe.differences(self, base, &Algo::Own(tile), plan, s.tokens, stream)?;
+        let same = found.is_some_and(|(differing, _)| differing == 0);
+        match found {
+            Some((differing, max_abs)) => tracing::info!(
+                ?family,
+                tokens = s.tokens,
+                same,
+                differing,
+                max_abs,
+                "gemm_wg's sums against cuBLASLt's for this layer"
+            ),
+            None => tracing::warn!(?family, "gemm_wg failed to run; this layer keeps cuBLASLt's kernels"),
+        }
+        self.own_same_bits.insert(family, same);
+        Ok(same)
+    }
+
     /// Each algorithm's median GPU time (µs) over [`SHORT_REPS`] runs of `g`, the L2 cache
     /// overwritten before each run (a failed run times as infinite). The output goes to
     /// `short_out`.
     fn time_cold(
         &self,
         plan: &Plan,
-        algos: &[sys::cublasLtMatmulAlgo_t],
+        algos: &[Algo],
         g: &Gemm,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<Vec<f32>, CudaError> {
@@ -805,7 +913,7 @@ impl Blas {
                 gpu::fill(flush.ptr(), 0, FLUSH_BYTES / 4, stream)?;
                 let (start, end) = (Event::new()?, Event::new()?);
                 start.record(stream)?;
-                let ok = self.launch(plan, algo, &g, stream).is_ok();
+                let ok = self.launch_any(plan, algo, &g, stream).is_ok();
                 end.record(stream)?;
                 marks.push((start, end, ok));
             }
@@ -846,7 +954,26 @@ impl Blas {
             .plans
             .get(&shape)
             .ok_or_else(|| CudaError::Unavailable("GEMM plan vanished".into()))?;
-        self.launch(plan, &plan.algo, g, stream)
+        match (plan.own, &self.own) {
+            // Operands `gemm_wg` cannot take go to the algorithm whose bits it gives.
+            (Some(tile), Some(own)) if WgKernels::fits(tile, g) => own.launch(tile, g, stream),
+            _ => self.launch(plan, &plan.algo, g, stream),
+        }
+    }
+
+    /// Queues one GEMM with `algo`, whichever kind it is.
+    fn launch_any(
+        &self,
+        plan: &Plan,
+        algo: &Algo,
+        g: &Gemm,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), CudaError> {
+        match (algo, &self.own) {
+            (Algo::Lt(a), _) => self.launch(plan, a, g, stream),
+            (Algo::Own(tile), Some(own)) => own.launch(*tile, g, stream),
+            (Algo::Own(_), None) => Err(CudaError::Unavailable("gemm_wg is not loaded".into())),
+        }
     }
 
     fn launch(
@@ -998,17 +1125,17 @@ impl Probe {
         }
     }
 
-    /// Whether `a` and `b` give the same bits in every output of a pass of the first
-    /// `tokens` rows (`plan`'s shape).
-    fn agrees(
+    /// How many outputs of a pass of the first `tokens` rows (`plan`'s shape) differ in
+    /// their bits between `a` and `b`, and by how much at most; `None` if one did not run.
+    fn differences(
         &self,
         blas: &Blas,
         a: &sys::cublasLtMatmulAlgo_t,
-        b: &sys::cublasLtMatmulAlgo_t,
+        b: &Algo,
         plan: &Plan,
         tokens: usize,
         stream: cudarc::driver::sys::CUstream,
-    ) -> Result<bool, CudaError> {
+    ) -> Result<Option<(usize, f32)>, CudaError> {
         let (out_a, out_b) = (self.start(0, tokens)?, self.start(0, tokens)?);
         let ran = blas
             .launch(
@@ -1018,7 +1145,7 @@ impl Probe {
                 stream,
             )
             .and_then(|_| {
-                blas.launch(
+                blas.launch_any(
                     plan,
                     b,
                     &self.gemm(tokens, self.x.ptr(), out_b.ptr()),
@@ -1026,7 +1153,26 @@ impl Probe {
                 )
             });
         gpu::sync_stream(stream)?;
-        Ok(ran.is_ok() && out_a.to_host()? == out_b.to_host()?)
+        if ran.is_err() {
+            return Ok(None);
+        }
+        let (a, b) = (out_a.to_host()?, out_b.to_host()?);
+        let value = |e: &[u8]| match *e {
+            [lo, hi] => half::f16::from_le_bytes([lo, hi]).to_f32(),
+            [b0, b1, b2, b3] => f32::from_le_bytes([b0, b1, b2, b3]),
+            _ => f32::NAN,
+        };
+        let mut differing = 0;
+        let mut max_abs = 0f32;
+        for (x, y) in a.chunks(self.out_elem).zip(b.chunks(self.out_elem)) {
+            if x != y {
+                differing += 1;
+                let d = (value(x) - value(y)).abs();
+                // NaN (a wrong kernel's garbage) counts as infinitely far.
+                max_abs = if d.is_nan() { f32::INFINITY } else { max_abs.max(d) };
+            }
+        }
+        Ok(Some((differing, max_abs)))
     }
 
     /// Runs `alone` on the first and the last block of rows alone, then `among` on the first

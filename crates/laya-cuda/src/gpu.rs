@@ -432,6 +432,29 @@ impl Module {
         .map_err(drv("cuFuncSetAttribute"))?;
         Ok(f)
     }
+
+    /// The kernel `name`, allowed `bytes` of dynamic shared memory a block (past the 48 KB a
+    /// launch gets without asking), with the on-chip memory split as in
+    /// [`Module::function_max_shared`].
+    pub fn function_dynamic_shared(
+        &self,
+        name: &str,
+        bytes: usize,
+    ) -> Result<sys::CUfunction, CudaError> {
+        let f = self.function_max_shared(name)?;
+        let bytes = i32::try_from(bytes)
+            .map_err(|_| CudaError::Unavailable(format!("{name}: {bytes} bytes of shared memory")))?;
+        // SAFETY: a kernel of this loaded module; the driver checks the size against the device.
+        unsafe {
+            result::function::set_function_attribute(
+                f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
+        }
+        .map_err(drv("cuFuncSetAttribute"))?;
+        Ok(f)
+    }
 }
 
 impl Drop for Module {

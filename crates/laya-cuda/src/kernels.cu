@@ -1,5 +1,6 @@
 // The fused kernels of the laya-cuda forward pass (model.md §3), compiled by NVRTC when the
-// engine starts (compile.rs). The GEMMs are cuBLASLt's; everything between them is here.
+// engine starts (compile.rs). The GEMMs are cuBLASLt's, but for short passes' on Hopper
+// (gemm_wg, where it gives cuBLASLt's bits); everything between them is here.
 //
 // Half values travel as raw 16-bit patterns and are converted with PTX `cvt`, so the source
 // needs no CUDA header and compiles with any NVRTC. Row layout everywhere: tokens of all rows
@@ -860,6 +861,199 @@ extern "C" __global__ void act_out(const float* __restrict__ hid, const int* __r
     s = warp_sum(s);
     if (lane == 0) act[r * n_act + a] = s + b2[a];
 }
+
+#ifdef LAYA_WGMMA
+// ---------------------------------------------------------------------------------------
+// Linear layers of short passes on Hopper (sm_90a only): y[m, o] (op)= x[m, :] · w[o, :]ᵀ,
+// f16 in, f32 accumulators. cuBLASLt's kernel for a layer is pinned for batch invariance
+// (gemm.rs), and on the ~200 rows of one short request it runs on a few dozen blocks, each
+// walking all of k while the rest of the GPU idles. Here a block is one warpgroup owning
+// 64 rows × BN outputs, so such a pass spreads over every multiprocessor. Each output is one
+// accumulator over k in ascending steps of 16, one wgmma each, which is how cuBLASLt's
+// split-free Hopper kernels add up; gemm.rs still runs this kernel for a pass only where it
+// gave that layer's cuBLASLt bits on the probe. (mma.sync in the same order does not give
+// them: results/GPU.md, 2026-12-05.)
+//
+// A stage holds a 64-wide k slice of both operands, one 128-byte row per matrix row, in the
+// 128-byte swizzle the descriptors name (16-byte chunk c of row r stored at chunk c ^ r % 8),
+// so the tensor cores read it without bank conflicts; ST stages are in flight through
+// cp.async. Needs k % 64 == 0 and n % BN == 0; rows past m read zeros and are not written.
+
+#define WG_BM 64
+#define WG_BK 64
+
+// The shared-memory descriptor of a K-major operand tile at `addr` (1024-byte aligned, or
+// that plus the k step's 32-byte offset): leading byte offset unused by swizzled K-major
+// layouts (1), stride byte offset 1024 (from one eight-row group to the next), 128-byte
+// swizzle.
+__device__ __forceinline__ unsigned long long wg_desc(u32 addr) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// cp.async writes through the generic proxy, wgmma reads through the async one.
+__device__ __forceinline__ void wg_fence_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// One m64nNk16 product into the accumulators `d` (N/2 a thread); `acc` = 0 overwrites them.
+__device__ __forceinline__ void wgmma_n32(float* d, unsigned long long a, unsigned long long b, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_n64(float* d, unsigned long long a, unsigned long long b, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(acc));
+}
+template <int BN>
+__device__ __forceinline__ void wgmma_step(float* d, unsigned long long a, unsigned long long b, int acc) {
+    if constexpr (BN == 32) wgmma_n32(d, a, b, acc);
+    if constexpr (BN == 64) wgmma_n64(d, a, b, acc);
+}
+
+// Queues the copies of one stage: rows [m0, m0 + 64) of x and [n0, n0 + BN) of w, halves
+// [kk, kk + 64) of each, into the swizzled tiles at shared addresses `sa` and `sb`.
+template <int BN>
+__device__ __forceinline__ void wg_load(u32 sa, u32 sb, const f16* __restrict__ x, const f16* __restrict__ w,
+                                        int m, int k, int m0, int n0, int kk, int tid) {
+#pragma unroll
+    for (int i = 0; i < WG_BM * 8 / 128; ++i) {
+        const int c = tid + i * 128, r = c >> 3, ch = c & 7, row = m0 + r;
+        const bool ok = row < m;
+        const f16* src = x + (size_t)(ok ? row : 0) * k + kk + ch * 8;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa + r * 128 + ((ch ^ (r & 7)) << 4)),
+                     "l"(src), "r"(ok ? 16 : 0));
+    }
+#pragma unroll
+    for (int i = 0; i < BN * 8 / 128; ++i) {
+        const int c = tid + i * 128, r = c >> 3, ch = c & 7;
+        const f16* src = w + (size_t)(n0 + r) * k + kk + ch * 8;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 16;" ::"r"(sb + r * 128 + ((ch ^ (r & 7)) << 4)),
+                     "l"(src));
+    }
+}
+
+// What the epilogue does (gemm.rs `Kind::code`): f16 out; + f16 bias; ReLU(+ f16 bias);
+// y += on an f32 stream; y += · + f32 bias, rounded as cuBLASLt's epilogue rounds it (the
+// bias added to the product first, then the stream).
+#define WG_HALF 0
+#define WG_HALF_BIAS 1
+#define WG_HALF_RELU_BIAS 2
+#define WG_RESIDUAL_BIAS 4
+
+template <int BN, int ST>
+__device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __restrict__ w,
+                                        const void* __restrict__ bias, void* __restrict__ y, int m, int n, int k,
+                                        int kind) {
+    extern __shared__ unsigned char wg_smem[];
+    constexpr u32 A_BYTES = WG_BM * 128, STAGE = (WG_BM + BN) * 128;
+    // The swizzle repeats every 1024 bytes and the descriptors assume tiles start on it; the
+    // launch asks for 1 KB more than the stages take.
+    const u32 base = (smem_addr(wg_smem) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * BN;
+    const int tiles = k / WG_BK;
+
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+        if (s < tiles) wg_load<BN>(base + s * STAGE, base + s * STAGE + A_BYTES, x, w, m, k, m0, n0, s * WG_BK, tid);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < tiles; ++kt) {
+        cp_async_wait<ST - 2>();
+        wg_fence_smem();
+        // Tile kt has landed for every thread, and the products of tile kt - 1, whose stage
+        // the next copy overwrites, are done (waited for below by every warp).
+        __syncthreads();
+        const int next = kt + ST - 1;
+        if (next < tiles) {
+            const u32 s = base + (next % ST) * STAGE;
+            wg_load<BN>(s, s + A_BYTES, x, w, m, k, m0, n0, next * WG_BK, tid);
+        }
+        cp_async_commit();
+        const u32 sa = base + (kt % ST) * STAGE, sb = sa + A_BYTES;
+        wg_fence();
+#pragma unroll
+        for (int j = 0; j < WG_BK / 16; ++j) wgmma_step<BN>(d, wg_desc(sa + j * 32), wg_desc(sb + j * 32), kt | j);
+        wg_commit();
+        wg_wait_all();
+    }
+    cp_async_wait<0>();
+    // The accumulators are read only after the wait above.
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+
+    // Accumulator i of a thread: row warp·16 + lane/4 (+ 8 for i % 4 ≥ 2), column
+    // (i / 4)·8 + (lane % 4)·2 (+ 1 for odd i).
+    const int r0 = m0 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+        const int col = n0 + i * 8 + (lane & 3) * 2;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = r0 + h * 8;
+            if (row >= m) continue;
+            float v0 = d[i * 4 + h * 2], v1 = d[i * 4 + h * 2 + 1];
+            const size_t at = (size_t)row * n + col;
+            if (kind <= WG_HALF_RELU_BIAS) {
+                if (kind != WG_HALF) {
+                    const u32 bb = *reinterpret_cast<const u32*>(static_cast<const f16*>(bias) + col);
+                    v0 += lo_f(bb);
+                    v1 += hi_f(bb);
+                    if (kind == WG_HALF_RELU_BIAS) {
+                        v0 = fmaxf(v0, 0.f);
+                        v1 = fmaxf(v1, 0.f);
+                    }
+                }
+                *reinterpret_cast<u32*>(static_cast<f16*>(y) + at) = pack2(v0, v1);
+            } else {
+                if (kind == WG_RESIDUAL_BIAS) {
+                    const float2 bb = *reinterpret_cast<const float2*>(static_cast<const float*>(bias) + col);
+                    v0 += bb.x;
+                    v1 += bb.y;
+                }
+                float2* p = reinterpret_cast<float2*>(static_cast<float*>(y) + at);
+                float2 o = *p;
+                o.x = v0 + o.x;
+                o.y = v1 + o.y;
+                *p = o;
+            }
+        }
+    }
+}
+
+// Stages per width: as many as leave two blocks a multiprocessor (three for the narrower)
+// in Hopper's 227 KB of shared memory. wgmma.rs sizes the launches to match.
+extern "C" __global__ void __launch_bounds__(128)
+gemm_wg_n32(const f16* __restrict__ x, const f16* __restrict__ w, const void* __restrict__ bias,
+            void* __restrict__ y, int m, int n, int k, int kind) {
+    gemm_wg<32, 6>(x, w, bias, y, m, n, k, kind);
+}
+extern "C" __global__ void __launch_bounds__(128)
+gemm_wg_n64(const f16* __restrict__ x, const f16* __restrict__ w, const void* __restrict__ bias,
+            void* __restrict__ y, int m, int n, int k, int kind) {
+    gemm_wg<64, 6>(x, w, bias, y, m, n, k, kind);
+}
+#endif  // LAYA_WGMMA
 
 // Holds the stream for `ns` nanoseconds, so that work queued behind it starts back to back
 // (the profiler's way to time steps without the host's launch gaps).

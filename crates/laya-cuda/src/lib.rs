@@ -6,7 +6,9 @@
 //!   so the workspace builds and tests anywhere); device memory, launches, graphs.
 //! - [`compile`]: the fused kernels of `kernels.cu`, compiled by NVRTC for the GPU at hand
 //!   and cached on disk.
-//! - [`gemm`]: the linear layers through cuBLASLt, bias/ReLU/residual in the epilogue.
+//! - [`gemm`]: the linear layers through cuBLASLt, bias/ReLU/residual in the epilogue;
+//!   [`wgmma`]: our own Hopper GEMM kernel, which short passes take where it gives the same
+//!   bits.
 //! - [`batch`]: rows packed back to back into fixed-size buckets, one CUDA graph per bucket.
 //! - [`weights`], [`engine`]: the checkpoint on the GPU and the forward pass.
 //!
@@ -21,6 +23,7 @@ pub mod error;
 mod gemm;
 mod gpu;
 pub mod weights;
+mod wgmma;
 
 pub use engine::{Attention, CudaEngine, CudaSettings, Stats};
 pub use error::{CudaError, ForwardError, LoadError};

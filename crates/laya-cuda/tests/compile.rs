@@ -87,6 +87,15 @@ fn kernels_keep_their_register_budgets() {
                 cc.1
             );
         }
+        // gemm_wg (wgmma) exists on Hopper alone.
+        let wgmma = kernels.iter().filter(|k| k.name.starts_with("gemm_wg_")).count();
+        assert_eq!(
+            wgmma,
+            if cc == (9, 0) { 2 } else { 0 },
+            "sm_{}{}: gemm_wg kernels",
+            cc.0,
+            cc.1
+        );
         let mma = kernels.iter().find(|k| k.name == "attention_mma");
         assert!(
             mma.is_some_and(|k| k.shared_bytes == 46080),

@@ -65,8 +65,8 @@ fn f16_answers_within_tolerance() {
     }
 }
 
-/// Also: the short passes' faster GEMM kernels (`gemm_short_tokens`, on by default) change
-/// no bit against the first algorithm alone.
+/// Also: the short passes' faster GEMM kernels (`gemm_short_tokens`, on by default), with or
+/// without our own among them (`gemm_own`), change no bit against the first algorithm alone.
 #[test]
 fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
     if !gpu() {
@@ -91,6 +91,14 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             },
         );
         assert_ne!(CudaSettings::default().gemm_short_tokens, 0);
+        // Our own GEMM kernel (Hopper; off by default) among the short passes' candidates.
+        let mut own_kernel = engine(
+            ckpt,
+            &CudaSettings {
+                gemm_own: true,
+                ..CudaSettings::default()
+            },
+        );
         let mut rows_attention = engine(
             ckpt,
             &CudaSettings {
@@ -116,13 +124,20 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
                 first, untimed,
                 "{ckpt} pass {i}: short passes' timed GEMM kernels vs the first algorithm's"
             );
+            let own = own_kernel.forward.run(rows).expect("forward");
+            assert_eq!(
+                first, own,
+                "{ckpt} pass {i}: with gemm_wg among the timed kernels vs without"
+            );
             let reference = rows_attention.forward.run(rows).expect("forward");
             worst = worst.max(max_logit_diff(&first, &reference));
         }
-        let (families, long, short) = graphs.forward.gemm_algorithms();
+        let (families, long, short, _) = graphs.forward.gemm_algorithms();
+        let (_, _, own_short, own) = own_kernel.forward.gemm_algorithms();
         println!(
             "{ckpt}: {families} GEMM families, {long} long-pass algorithms, {short} short pass \
-             sizes on a timed kernel, all bit-identical to the first algorithm's"
+             sizes on a timed kernel (with gemm_wg among them: {own_short}, {own} on gemm_wg), \
+             all bit-identical to the first algorithm's"
         );
         let stats = graphs.forward.stats();
         println!(
@@ -235,6 +250,17 @@ fn batch_mates_do_not_change_answers() {
             e.forward.batch_invariant(),
             "large: a GEMM family was not verified"
         );
+        // Our own GEMM kernel (Hopper; off by default) among the short passes' candidates:
+        // a request alone may then run on it, and among mates on cuBLASLt's kernels.
+        let settings = CudaSettings {
+            gemm_own: true,
+            ..CudaSettings::default()
+        };
+        let forward = CudaEngine::load(dir, &settings).expect("large loads");
+        let mut e = Agent::load(dir, forward).expect("tokenizer and configs load");
+        checked += check_batch_mates(&mut e.forward, &passes, 300, 13, "large with gemm_wg");
+        let (_, _, short, own) = e.forward.gemm_algorithms();
+        println!("large with gemm_wg: {own} of {short} timed short pass sizes took it");
     } else {
         eprintln!("LAYA_CUDA_LARGE unset: the large shape is not checked");
     }

@@ -64,6 +64,7 @@ impl EngineArgs {
             .filter(|&t| t > 0)
             .collect();
         s.gemm_short_tokens = self.cuda_gemm_small_tokens;
+        s.gemm_own = self.cuda_gemm_own;
         if self.cuda_attention == CudaAttention::Rows {
             s.attention = laya_cuda::Attention::Rows;
         }

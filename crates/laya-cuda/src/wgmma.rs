@@ -1,0 +1,127 @@
+//! `gemm_wg` (`kernels.cu`): a GEMM kernel of our own, on Hopper's `wgmma`, that short
+//! passes may run instead of cuBLASLt's. cuBLASLt's kernel for a layer is pinned for batch
+//! invariance and suits hundreds of rows and more; on the ~200 rows of one short request it
+//! leaves most multiprocessors idle. `gemm_wg` gives each block 64 rows and 32 or 64 outputs,
+//! so such a pass covers the GPU. [`crate::gemm`] times it beside cuBLASLt's candidates and
+//! takes it for a pass only where it gives the cuBLASLt bits of that layer, so answers never
+//! depend on which kernel ran.
+
+use cudarc::driver::sys::{CUfunction, CUstream};
+
+use crate::error::CudaError;
+use crate::gemm::Gemm;
+use crate::gpu::{Args, Module};
+
+/// `gemm_wg`'s widths: the outputs a block computes (its rows are always [`Tile::ROWS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tile {
+    N32,
+    N64,
+}
+
+impl Tile {
+    pub const ALL: [Tile; 2] = [Tile::N32, Tile::N64];
+    const ROWS: usize = 64;
+    /// The k slice one stage holds (one 128-byte row a matrix row); `k` must be a multiple.
+    const K: usize = 64;
+
+    fn outputs(self) -> usize {
+        match self {
+            Tile::N32 => 32,
+            Tile::N64 => 64,
+        }
+    }
+
+    fn kernel(self) -> &'static str {
+        match self {
+            Tile::N32 => "gemm_wg_n32",
+            Tile::N64 => "gemm_wg_n64",
+        }
+    }
+
+    /// The stages of each width's kernel (its `gemm_wg<BN, ST>`).
+    fn stages(self) -> usize {
+        6
+    }
+
+    /// Dynamic shared memory a block: the stages, each a k slice of both operands, and 1 KB
+    /// to align them to the swizzle's period.
+    fn shared_bytes(self) -> usize {
+        (Tile::ROWS + self.outputs()) * Tile::K * 2 * self.stages() + 1024
+    }
+}
+
+/// The loaded `gemm_wg` kernels, one per [`Tile`].
+#[derive(Debug, Clone, Copy)]
+pub struct WgKernels {
+    functions: [CUfunction; 2],
+}
+
+impl WgKernels {
+    /// The kernels of `module`, which must have been compiled with them
+    /// ([`crate::compile::has_wgmma`]).
+    pub fn load(module: &Module) -> Result<WgKernels, CudaError> {
+        let f = |t: Tile| module.function_dynamic_shared(t.kernel(), t.shared_bytes());
+        Ok(WgKernels {
+            functions: [f(Tile::N32)?, f(Tile::N64)?],
+        })
+    }
+
+    /// Whether `tile` computes `g`: whole k slices and whole blocks of outputs, and operands
+    /// aligned for its 16-byte copies and paired stores.
+    pub fn fits(tile: Tile, g: &Gemm) -> bool {
+        g.inp.is_multiple_of(Tile::K)
+            && g.out.is_multiple_of(tile.outputs())
+            && g.tokens > 0
+            && g.x.is_multiple_of(16)
+            && g.w.is_multiple_of(16)
+            && g.y.is_multiple_of(8)
+            && g.bias.is_multiple_of(8)
+    }
+
+    /// Queues `g` on `stream` with blocks of `tile` (which must [`WgKernels::fits`]).
+    pub fn launch(&self, tile: Tile, g: &Gemm, stream: CUstream) -> Result<(), CudaError> {
+        if !WgKernels::fits(tile, g) {
+            return Err(CudaError::Unavailable(format!(
+                "gemm_wg {tile:?} cannot compute {} x {} -> {} here",
+                g.tokens, g.inp, g.out
+            )));
+        }
+        let grid = (
+            (g.out / tile.outputs()) as u32,
+            g.tokens.div_ceil(Tile::ROWS) as u32,
+            1,
+        );
+        let f = match tile {
+            Tile::N32 => self.functions[0],
+            Tile::N64 => self.functions[1],
+        };
+        Args::new()
+            .ptr(g.x)
+            .ptr(g.w)
+            .ptr(g.bias)
+            .ptr(g.y)
+            .i32(g.tokens as i32)
+            .i32(g.out as i32)
+            .i32(g.inp as i32)
+            .i32(g.kind.code())
+            .launch(f, grid, 128, tile.shared_bytes() as u32, stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hopper gives a multiprocessor 228 KB of shared memory, 1 KB of it reserved per block:
+    /// the narrow kernel's stages must leave room for three blocks, the wide one's for two,
+    /// or a short pass's blocks run in more waves than the widths were chosen for.
+    #[test]
+    fn stages_leave_room_for_their_blocks() {
+        let per_sm = 228 * 1024;
+        for (tile, blocks) in [(Tile::N32, 3), (Tile::N64, 2)] {
+            let need = blocks * (tile.shared_bytes() + 1024);
+            assert!(need <= per_sm, "{tile:?}: {need} bytes for {blocks} blocks");
+        }
+    }
+}
