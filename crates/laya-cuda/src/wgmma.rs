@@ -2,9 +2,9 @@
 //! passes may run instead of cuBLASLt's. cuBLASLt's kernel for a layer is pinned for batch
 //! invariance and suits hundreds of rows and more; on the ~200 rows of one short request it
 //! leaves most multiprocessors idle. `gemm_wg` gives each block 64 rows and 32 or 64 outputs,
-//! so such a pass covers the GPU. [`crate::gemm`] times it beside cuBLASLt's candidates and
-//! takes it for a pass only where it gives the cuBLASLt bits of that layer, so answers never
-//! depend on which kernel ran.
+//! so such a pass covers the GPU. With `CudaSettings::gemm_own` on, [`crate::gemm`] times it
+//! beside cuBLASLt's candidates and takes it for a pass only where it gives the cuBLASLt bits
+//! of that layer, so answers never depend on which kernel ran.
 
 use cudarc::driver::sys::{CUfunction, CUstream};
 
@@ -24,6 +24,8 @@ impl Tile {
     const ROWS: usize = 64;
     /// The k slice one stage holds (one 128-byte row a matrix row); `k` must be a multiple.
     const K: usize = 64;
+    /// The stages of either width's kernel (`kernels.cu`'s `gemm_wg<BN, ST>`).
+    const STAGES: usize = 6;
 
     fn outputs(self) -> usize {
         match self {
@@ -39,15 +41,10 @@ impl Tile {
         }
     }
 
-    /// The stages of each width's kernel (its `gemm_wg<BN, ST>`).
-    fn stages(self) -> usize {
-        6
-    }
-
     /// Dynamic shared memory a block: the stages, each a k slice of both operands, and 1 KB
     /// to align them to the swizzle's period.
     fn shared_bytes(self) -> usize {
-        (Tile::ROWS + self.outputs()) * Tile::K * 2 * self.stages() + 1024
+        (Tile::ROWS + self.outputs()) * Tile::K * 2 * Tile::STAGES + 1024
     }
 }
 
