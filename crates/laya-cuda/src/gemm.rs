@@ -954,11 +954,12 @@ impl Blas {
             .plans
             .get(&shape)
             .ok_or_else(|| CudaError::Unavailable("GEMM plan vanished".into()))?;
-        match (plan.own, &self.own) {
-            // Operands `gemm_wg` cannot take go to the algorithm whose bits it gives.
-            (Some(tile), Some(own)) if WgKernels::fits(tile, g) => own.launch(tile, g, stream),
-            _ => self.launch(plan, &plan.algo, g, stream),
-        }
+        // Operands `gemm_wg` cannot take go to the algorithm whose bits it gives.
+        let algo = match plan.own {
+            Some(tile) if self.own.is_some() && WgKernels::fits(tile, g) => Algo::Own(tile),
+            _ => Algo::Lt(plan.algo),
+        };
+        self.launch_any(plan, &algo, g, stream)
     }
 
     /// Queues one GEMM with `algo`, whichever kind it is.
