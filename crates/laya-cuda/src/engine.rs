@@ -18,7 +18,7 @@ use laya_core::engine::{EngineError, EngineInfo, Forward, Row, RowLogits};
 use crate::batch::{self, Bucket};
 use crate::compile;
 use crate::error::{CudaError, ForwardError, LoadError};
-use crate::gemm::{Blas, Gemm, Kind};
+use crate::gemm::{Blas, Choices, Gemm, Kind, Then, HEAD_DIM};
 use crate::gpu::{copy_in, copy_out, Args, DeviceBuf, Event, Gpu, Graph, Module, PinnedBuf};
 use crate::weights::Weights;
 use crate::wgmma::WgKernels;
@@ -75,6 +75,32 @@ pub struct CudaSettings {
     /// few short pass sizes take it, within noise in and out of process on an H100;
     /// results/GPU.md), so it is off by default: each timed size would only cost warm-up.
     pub gemm_own: bool,
+    /// With `gemm_own`, which steps after a GEMM a short pass may run in `gemm_wg`'s
+    /// epilogue, and whether only where that was timed faster.
+    pub gemm_fuse: Fuse,
+}
+
+/// Steps after a GEMM that `gemm_wg` may run in its epilogue ([`CudaSettings::gemm_fuse`]);
+/// each is taken for a short pass size only where it gives the bits of the two kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fuse {
+    /// The MLP's GeGLU into the `Wi` GEMM.
+    pub geglu: bool,
+    /// RoPE into the `Wqkv` GEMM (with the tensor-core attention).
+    pub rope: bool,
+    /// Fused wherever the bits allow, not only where timed faster: for tests that must run
+    /// that path.
+    pub untimed: bool,
+}
+
+impl Default for Fuse {
+    fn default() -> Self {
+        Fuse {
+            geglu: true,
+            rope: true,
+            untimed: false,
+        }
+    }
 }
 
 impl Default for CudaSettings {
@@ -90,6 +116,7 @@ impl Default for CudaSettings {
             gemm_long_tokens: vec![2048],
             gemm_short_tokens: 6144,
             gemm_own: false,
+            gemm_fuse: Fuse::default(),
         }
     }
 }
@@ -298,6 +325,7 @@ impl CudaEngine {
         blas.long_tokens = settings.gemm_long_tokens.clone();
         blas.short_tokens = settings.gemm_short_tokens;
         blas.own = own;
+        blas.fuse_untimed = settings.gemm_fuse.untimed;
         tracing::info!(
             dir = %dir.display(),
             gpu = %gpu.name,
@@ -331,11 +359,16 @@ impl CudaEngine {
         self.stats
     }
 
-    /// GEMM layer shapes planned so far, the long-pass algorithms they took, the short pass
-    /// sizes that took a faster algorithm of the same bits (`gemm.rs`), and how many of
-    /// those took `gemm_wg`.
-    pub fn gemm_algorithms(&self) -> (usize, usize, usize, usize) {
-        self.blas.families()
+    /// What the GEMMs chose so far: layer shapes, long-pass algorithms, and the short pass
+    /// sizes that took a faster algorithm of the same bits, `gemm_wg`, or `gemm_wg` with
+    /// the next step fused (`gemm.rs`).
+    pub fn gemm_algorithms(&self) -> Choices {
+        self.blas.choices()
+    }
+
+    /// Whether `gemm_wg` is loaded ([`CudaSettings::gemm_own`] on a Hopper GPU).
+    pub fn has_own_gemm(&self) -> bool {
+        self.blas.own.is_some()
     }
 
     fn check_rows(&self, rows: &[Row]) -> Result<(), ForwardError> {
@@ -591,7 +624,7 @@ impl CudaEngine {
         let eps = e.norm_eps;
         let o = b.offsets();
         let meta = |off: usize| work.meta.at(off * 4);
-        let (ti, di, ii) = (t as i32, d as i32, inter as i32);
+        let (ti, di) = (t as i32, d as i32);
         let norm_grid = grid_for(t, NORM_ROWS_PER_BLOCK);
         let norm_block = (NORM_ROWS_PER_BLOCK * 32) as u32;
         // y = f16(LayerNorm(x) · w (+ b)) over `rows` rows.
@@ -614,7 +647,9 @@ impl CudaEngine {
         };
         let blas = &mut self.blas;
         // y (op)= x · wᵀ (+ bias) over `tokens` rows: see gemm::Gemm.
-        let mut gemm = |kind, tokens, out, inp, x, w, bias, y| -> Result<(), CudaError> {
+        // With `then`, the step after the GEMM, which may run in the same kernel: true if it
+        // did, false if it is still to be queued.
+        let mut gemm = |kind, tokens, out, inp, x, w, bias, y, then: Option<&Then>| {
             let g = Gemm {
                 kind,
                 tokens,
@@ -625,7 +660,10 @@ impl CudaEngine {
                 bias,
                 y,
             };
-            blas.run(&g, stream)
+            match then {
+                Some(then) => blas.run_then(&g, then, stream),
+                None => blas.run(&g, stream).map(|()| false),
+            }
         };
         let mut mark = |label: &'static str| -> Result<(), CudaError> {
             if let Some(m) = marks.as_deref_mut() {
@@ -651,19 +689,15 @@ impl CudaEngine {
         mark("embed + norm")?;
 
         // RoPE on q and k of the fused Wqkv output, in place, before the tensor-core attention
-        // (the rows kernel turns them itself). Inside the tensor-core kernel, on each tile as it
-        // lands, it took longer than this pass (results/GPU.md, 2026-12-05).
-        let rope_pass = |q: u64, ld: usize, rope: &crate::weights::Rope| {
-            Args::new()
-                .ptr(q)
-                .i32(ld as i32)
-                .i32(di)
-                .ptr(meta(o.pos))
-                .ptr(rope.cos.ptr())
-                .ptr(rope.sin.ptr())
-                .i32(ti)
-                .i32(heads as i32)
-                .launch(k.rope_qk, grid_for(t * heads * 8, 256), 256, 0, stream)
+        // (the rows kernel turns them itself): in the GEMM's epilogue where `gemm_wg` runs it
+        // so (`gemm.rs`), else as a pass of its own. Inside the tensor-core kernel, on each
+        // tile as it lands, it took longer than this pass (results/GPU.md, 2026-12-05).
+        let rope_then = |rope: &crate::weights::Rope| Then::Rope {
+            pos: meta(o.pos),
+            cos: rope.cos.ptr(),
+            sin: rope.sin.ptr(),
+            positions: rope.cos.bytes() / (HEAD_DIM / 2 * 4),
+            kernel: k.rope_qk,
         };
         // `rope`: the tables of the layer, which only the rows kernel reads.
         let attention =
@@ -714,34 +748,41 @@ impl CudaEngine {
             };
 
         let half_window = e.half_window() as i32;
-        // GeGLU: each thread takes 8 columns of a token, one to a few blocks a token.
-        let geglu_threads = (inter / 8).div_ceil(32) * 32;
-        let geglu_block = geglu_threads.min(1024) as u32;
-        let geglu_blocks = geglu_threads.div_ceil(1024) as u32;
+        let fuse = self.settings.gemm_fuse;
+        let geglu = Then::GeGlu {
+            g: work.g.ptr(),
+            kernel: k.geglu,
+        };
         for layer in &w.layers {
             if let Some(norm) = &layer.attn_norm {
                 norm16(work.x.ptr(), norm.ptr(), 0, work.a.ptr(), t, eps)?;
                 mark("norm")?;
             }
-            gemm(
-                Kind::Half,
-                t,
-                3 * d,
-                d,
-                work.a.ptr(),
-                layer.wqkv.ptr(),
-                0,
-                work.qkv.ptr(),
-            )?;
-            mark("gemm qkv")?;
             let (rope, window) = if layer.sliding {
                 (&w.rope_local, half_window)
             } else {
                 (&w.rope_global, -1)
             };
-            if self.settings.attention == Attention::TensorCore {
-                rope_pass(work.qkv.ptr(), 3 * d, rope)?;
-                mark("rope")?;
+            let qkv = Gemm {
+                kind: Kind::Half,
+                tokens: t,
+                out: 3 * d,
+                inp: d,
+                x: work.a.ptr(),
+                w: layer.wqkv.ptr(),
+                bias: 0,
+                y: work.qkv.ptr(),
+            };
+            let turn = (self.settings.attention == Attention::TensorCore).then(|| rope_then(rope));
+            let fused_turn = turn.as_ref().filter(|_| fuse.rope);
+            if gemm(qkv.kind, t, qkv.out, d, qkv.x, qkv.w, 0, qkv.y, fused_turn)? {
+                mark("gemm qkv + rope")?;
+            } else {
+                mark("gemm qkv")?;
+                if let Some(turn) = &turn {
+                    turn.launch(&qkv, stream)?;
+                    mark("rope")?;
+                }
             }
             attention(work.qkv.ptr(), 3 * d, work.att.ptr(), Some(rope), window)?;
             mark(if layer.sliding {
@@ -758,28 +799,38 @@ impl CudaEngine {
                 layer.wo.ptr(),
                 0,
                 work.x.ptr(),
+                None,
             )?;
             mark("gemm o + residual")?;
             norm16(work.x.ptr(), layer.mlp_norm.ptr(), 0, work.a.ptr(), t, eps)?;
             mark("norm")?;
-            gemm(
-                Kind::Half,
+            let wi = Gemm {
+                kind: Kind::Half,
+                tokens: t,
+                out: 2 * inter,
+                inp: d,
+                x: work.a.ptr(),
+                w: layer.wi.ptr(),
+                bias: 0,
+                y: work.wide.ptr(),
+            };
+            if gemm(
+                wi.kind,
                 t,
-                2 * inter,
+                wi.out,
                 d,
-                work.a.ptr(),
-                layer.wi.ptr(),
+                wi.x,
+                wi.w,
                 0,
-                work.wide.ptr(),
-            )?;
-            mark("gemm wi")?;
-            Args::new()
-                .ptr(work.wide.ptr())
-                .ptr(work.g.ptr())
-                .i32(ti)
-                .i32(ii)
-                .launch(k.geglu, (t as u32, geglu_blocks, 1), geglu_block, 0, stream)?;
-            mark("geglu")?;
+                wi.y,
+                fuse.geglu.then_some(&geglu),
+            )? {
+                mark("gemm wi + geglu")?;
+            } else {
+                mark("gemm wi")?;
+                geglu.launch(&wi, stream)?;
+                mark("geglu")?;
+            }
             gemm(
                 Kind::Residual,
                 t,
@@ -789,6 +840,7 @@ impl CudaEngine {
                 layer.wo_mlp.ptr(),
                 0,
                 work.x.ptr(),
+                None,
             )?;
             mark("gemm wo + residual")?;
         }
@@ -826,6 +878,7 @@ impl CudaEngine {
                     hl.in_w.ptr(),
                     hl.in_b.ptr(),
                     work.qkv.ptr(),
+                    None,
                 )?;
                 mark("head gemm qkv")?;
                 attention(work.qkv.ptr(), 3 * d, work.att.ptr(), None, -1)?;
@@ -839,6 +892,7 @@ impl CudaEngine {
                     hl.out_w.ptr(),
                     hl.out_b.ptr(),
                     work.h.ptr(),
+                    None,
                 )?;
                 mark("head gemm o + residual")?;
                 norm16(
@@ -859,6 +913,7 @@ impl CudaEngine {
                     hl.l1_w.ptr(),
                     hl.l1_b.ptr(),
                     work.wide.ptr(),
+                    None,
                 )?;
                 mark("head gemm linear1")?;
                 gemm(
@@ -870,6 +925,7 @@ impl CudaEngine {
                     hl.l2_w.ptr(),
                     hl.l2_b.ptr(),
                     work.h.ptr(),
+                    None,
                 )?;
                 mark("head gemm linear2")?;
                 let next = &w.head[j + 1];
@@ -897,6 +953,7 @@ impl CudaEngine {
                 hl.in_w.at(d * d * 2),
                 hl.in_b.at(d * 2),
                 work.qkv.ptr(),
+                None,
             )?;
             mark("head gemm kv")?;
             Args::new()
@@ -920,6 +977,7 @@ impl CudaEngine {
                 hl.in_w.ptr(),
                 hl.in_b.ptr(),
                 work.q_s.ptr(),
+                None,
             )?;
             mark("head gemm q (selected)")?;
             let selected = Args::new()
@@ -965,6 +1023,7 @@ impl CudaEngine {
                 hl.out_w.ptr(),
                 hl.out_b.ptr(),
                 work.hs.ptr(),
+                None,
             )?;
             mark("head gemm o (selected)")?;
             norm16(
@@ -985,6 +1044,7 @@ impl CudaEngine {
                 hl.l1_w.ptr(),
                 hl.l1_b.ptr(),
                 work.wide_s.ptr(),
+                None,
             )?;
             mark("head gemm linear1 (selected)")?;
             gemm(
@@ -996,6 +1056,7 @@ impl CudaEngine {
                 hl.l2_w.ptr(),
                 hl.l2_b.ptr(),
                 work.hs.ptr(),
+                None,
             )?;
             mark("head gemm linear2 (selected)")?;
 
@@ -1179,14 +1240,15 @@ impl Forward for CudaEngine {
         }
         // From here on requests wait on whatever is planned.
         self.blas.end_short_timing();
-        let (families, long_pass, short_pass, own) = self.blas.families();
+        let c = self.blas.choices();
         tracing::info!(
-            families,
-            long_pass,
-            short_pass,
-            own,
+            families = c.families,
+            long_pass = c.long_pass,
+            short_pass = c.short_pass,
+            own = c.own,
+            fused = c.fused,
             batch_invariant = self.blas.batch_invariant(),
-            "GEMM algorithms chosen (long_pass: algorithms for long passes, short_pass: short pass sizes with a faster algorithm, own: of those, with our own kernel; all of the same bits)"
+            "GEMM algorithms chosen (long_pass: algorithms for long passes, short_pass: short pass sizes with a faster algorithm, own: of those, with our own kernel, fused: short pass sizes with the next step in our own kernel; all of the same bits)"
         );
         Ok(())
     }

@@ -110,6 +110,142 @@ impl Kind {
     }
 }
 
+/// Element-wise work on a GEMM's f16 output that `gemm_wg` can do in its epilogue
+/// ([`Blas::run_then`]), sparing a kernel and the output's round trip through memory. Either
+/// way the bits are the same: the epilogue rounds each output to f16 as the GEMM would
+/// write it and computes what the separate kernel computes (checked on the GPU before a
+/// pass takes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// The MLP's GeGLU: `g[t, out / 2] = GELU(y[:, :out / 2]) ⊙ y[:, out / 2..]` (f16), which
+    /// `kernel` (`kernels.cu`'s `geglu`) computes on its own.
+    GeGlu {
+        g: u64,
+        kernel: cudarc::driver::sys::CUfunction,
+    },
+    /// RoPE in place on the query and key thirds of the fused `Wqkv` output (64-wide heads),
+    /// each token at its position `pos[t]` (i32) in the layer's tables `cos` and `sin`
+    /// (`[positions][32]` f32), which `kernel` (`kernels.cu`'s `rope_qk`) computes on its own.
+    Rope {
+        pos: u64,
+        cos: u64,
+        sin: u64,
+        positions: usize,
+        kernel: cudarc::driver::sys::CUfunction,
+    },
+}
+
+/// Which [`Then`], whatever its operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Step {
+    GeGlu,
+    Rope,
+}
+
+/// RoPE's head width (`kernels.cu`'s `HD`).
+pub const HEAD_DIM: usize = 64;
+
+impl Then {
+    fn step(&self) -> Step {
+        match self {
+            Then::GeGlu { .. } => Step::GeGlu,
+            Then::Rope { .. } => Step::Rope,
+        }
+    }
+
+    /// Queues this step as its own kernel on the output of `gemm`, once that has run.
+    pub fn launch(
+        &self,
+        gemm: &Gemm,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), CudaError> {
+        match *self {
+            Then::GeGlu { g, kernel } => {
+                let inter = gemm.out / 2;
+                // Each thread takes 8 columns of a token, one to a few blocks a token: the
+                // token comes from the grid, not from a 64-bit division of a flat index.
+                let threads = (inter / 8).div_ceil(32) * 32;
+                gpu::Args::new()
+                    .ptr(gemm.y)
+                    .ptr(g)
+                    .i32(gemm.tokens as i32)
+                    .i32(inter as i32)
+                    .launch(
+                        kernel,
+                        (gemm.tokens as u32, threads.div_ceil(1024) as u32, 1),
+                        threads.min(1024) as u32,
+                        0,
+                        stream,
+                    )
+            }
+            Then::Rope {
+                pos,
+                cos,
+                sin,
+                kernel,
+                ..
+            } => {
+                let d = gemm.out / 3;
+                let heads = d / HEAD_DIM;
+                // One thread a (token, head, q or k, 8 of the head's first 32 dims).
+                let threads = gemm.tokens * heads * 8;
+                gpu::Args::new()
+                    .ptr(gemm.y)
+                    .i32(gemm.out as i32)
+                    .i32(d as i32)
+                    .ptr(pos)
+                    .ptr(cos)
+                    .ptr(sin)
+                    .i32(gemm.tokens as i32)
+                    .i32(heads as i32)
+                    .launch(
+                        kernel,
+                        (threads.div_ceil(256).max(1) as u32, 1, 1),
+                        256,
+                        0,
+                        stream,
+                    )
+            }
+        }
+    }
+
+    /// The same step writing a result of its own (GeGLU's) to `to`; RoPE works in place.
+    fn to(self, to: u64) -> Then {
+        match self {
+            Then::GeGlu { kernel, .. } => Then::GeGlu { g: to, kernel },
+            rope @ Then::Rope { .. } => rope,
+        }
+    }
+
+    /// The same step with RoPE's positions read from `pos`.
+    fn at_positions(self, pos: u64) -> Then {
+        match self {
+            Then::Rope {
+                cos,
+                sin,
+                positions,
+                kernel,
+                ..
+            } => Then::Rope {
+                pos,
+                cos,
+                sin,
+                positions,
+                kernel,
+            },
+            geglu @ Then::GeGlu { .. } => geglu,
+        }
+    }
+
+    /// Bytes of the result it writes apart from the GEMM's output, for `gemm`'s rows.
+    fn own_out_bytes(&self, gemm: &Gemm) -> usize {
+        match self {
+            Then::GeGlu { .. } => gemm.tokens * gemm.out / 2 * 2,
+            Then::Rope { .. } => 0,
+        }
+    }
+}
+
 /// What runs one GEMM: a cuBLASLt algorithm, or `gemm_wg` with blocks of one width.
 #[derive(Clone, Copy)]
 enum Algo {
@@ -201,6 +337,21 @@ const SHORT_MARGIN: f32 = 0.95;
 /// (50 MB on the H100 and H200).
 const FLUSH_BYTES: usize = 64 << 20;
 
+/// What a [`Blas`] chose so far ([`Blas::choices`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choices {
+    /// GEMM layer shapes planned.
+    pub families: usize,
+    /// The algorithms for long passes they took, all told.
+    pub long_pass: usize,
+    /// Short pass sizes planned with a faster algorithm of the same bits.
+    pub short_pass: usize,
+    /// Of those, the ones that took `gemm_wg`.
+    pub own: usize,
+    /// Short pass sizes whose GEMM and the step after it run as one `gemm_wg` kernel.
+    pub fused: usize,
+}
+
 /// A cuBLASLt handle, its workspace and the plans made so far.
 pub struct Blas {
     handle: sys::cublasLtHandle_t,
@@ -215,6 +366,11 @@ pub struct Blas {
     short_plans: usize,
     /// Of those, the ones that took `gemm_wg`.
     short_own: usize,
+    /// Short passes planned with their GEMM and the step after it in one `gemm_wg` kernel.
+    short_fused: usize,
+    /// Per pass shape and step after its GEMM, `gemm_wg`'s width when the two run as one
+    /// kernel ([`Blas::run_then`]), or `None` where they run apart.
+    fused: HashMap<(Shape, Step), Option<Tile>>,
     /// `gemm_wg`, where the engine loaded it (Hopper): then a short pass's timed candidates
     /// include it.
     pub own: Option<WgKernels>,
@@ -224,6 +380,9 @@ pub struct Blas {
     /// cache, and the timed GEMMs' output (grown as needed); both freed when timing ends.
     short_flush: Option<DeviceBuf>,
     short_out: Option<DeviceBuf>,
+    /// Take `gemm_wg` with the next step fused wherever it gives the same bits, timed faster
+    /// or not ([`crate::engine::Fuse::untimed`]).
+    pub fuse_untimed: bool,
     /// Time the batch-invariant candidates when planning (off: the first of them).
     pub tune: bool,
     /// The token count the heuristic is asked about when a family's algorithm is chosen: the
@@ -279,6 +438,9 @@ impl Blas {
             short_probes: HashMap::new(),
             short_plans: 0,
             short_own: 0,
+            short_fused: 0,
+            fused: HashMap::new(),
+            fuse_untimed: false,
             own: None,
             own_same_bits: HashMap::new(),
             short_flush: None,
@@ -319,16 +481,19 @@ impl Blas {
         self.short_out = None;
     }
 
-    /// Families planned so far, the algorithms for long passes they took, all told, the
-    /// short passes planned with a faster algorithm of the same bits, and how many of those
-    /// took `gemm_wg`.
-    pub fn families(&self) -> (usize, usize, usize, usize) {
-        let long = self
-            .families
-            .values()
-            .map(|c| c.long.iter().flatten().count())
-            .sum();
-        (self.families.len(), long, self.short_plans, self.short_own)
+    /// What was chosen so far.
+    pub fn choices(&self) -> Choices {
+        Choices {
+            families: self.families.len(),
+            long_pass: self
+                .families
+                .values()
+                .map(|c| c.long.iter().flatten().count())
+                .sum(),
+            short_pass: self.short_plans,
+            own: self.short_own,
+            fused: self.short_fused,
+        }
     }
 
     /// Whether every GEMM planned so far computes each row independently of its batch mates
@@ -784,20 +949,7 @@ impl Blas {
         if candidates.is_empty() {
             return Ok(None);
         }
-        if self.short_flush.is_none() {
-            self.short_flush = Some(DeviceBuf::alloc(FLUSH_BYTES)?);
-        }
-        // f32, the wider of the outputs.
-        let out_bytes = s.tokens * s.out * 4;
-        if self
-            .short_out
-            .as_ref()
-            .is_none_or(|b| b.bytes() < out_bytes)
-        {
-            // Freed before the larger one is allocated, so the two are never held together.
-            self.short_out = None;
-            self.short_out = Some(DeviceBuf::alloc(out_bytes)?);
-        }
+        self.ensure_scratch(s)?;
         let probe = self
             .short_probes
             .get(&family)
@@ -848,6 +1000,137 @@ impl Blas {
         Ok(None)
     }
 
+    /// Allocates what timing a pass of shape `s` needs: the cache flush, and scratch output
+    /// of `s`'s size in f32 (the wider of the outputs; an f16 output and what the step after
+    /// it writes fit too).
+    fn ensure_scratch(&mut self, s: Shape) -> Result<(), CudaError> {
+        if self.short_flush.is_none() {
+            self.short_flush = Some(DeviceBuf::alloc(FLUSH_BYTES)?);
+        }
+        let out_bytes = s.tokens * s.out * 4;
+        if self
+            .short_out
+            .as_ref()
+            .is_none_or(|b| b.bytes() < out_bytes)
+        {
+            // Freed before the larger one is allocated, so the two are never held together.
+            self.short_out = None;
+            self.short_out = Some(DeviceBuf::alloc(out_bytes)?);
+        }
+        Ok(())
+    }
+
+    /// `gemm_wg`'s width to run the planned pass `s` and `then` as one kernel, chosen when
+    /// the pair is first met at this size: like the short passes' timed candidates, only
+    /// while timing is allowed and for families of one algorithm at every size.
+    fn fused(
+        &mut self,
+        s: Shape,
+        g: &Gemm,
+        then: &Then,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Option<Tile> {
+        let key = (s, then.step());
+        if let Some(&tile) = self.fused.get(&key) {
+            return tile.filter(|&t| WgKernels::fits_then(t, g, then));
+        }
+        if self.capturing {
+            // Nothing may run now; the pass was planned eagerly before its capture.
+            return None;
+        }
+        let invariant = self.families.get(&s.family()).is_some_and(|c| c.invariant);
+        let tile = if invariant && s.tokens <= self.short_tokens && self.short_timing {
+            // Taken out for the call, which borrows the plan beside `self`.
+            let plan = self.plans.remove(&s)?;
+            let chosen = self.choose_fused(s, &plan, then, g, stream);
+            self.plans.insert(s, plan);
+            chosen.unwrap_or_else(|e| {
+                tracing::warn!(?s, error = %e,
+                    "timing gemm_wg with the next step fused failed; the pass runs them apart");
+                None
+            })
+        } else {
+            None
+        };
+        self.short_fused += usize::from(tile.is_some());
+        self.fused.insert(key, tile);
+        tile
+    }
+
+    /// `gemm_wg`'s width to run the pass `s` and `then` as one kernel, if that is faster by
+    /// [`SHORT_MARGIN`] than the GEMM as `plan` now runs it followed by `then`'s own kernel,
+    /// both timed with the weights out of the L2 cache, and gives the same bits over every
+    /// row of a pass of that size on the family's probe. Only for families whose plain
+    /// `gemm_wg` sums were seen to be cuBLASLt's ([`Blas::own_bits`]).
+    fn choose_fused(
+        &mut self,
+        s: Shape,
+        plan: &Plan,
+        then: &Then,
+        g: &Gemm,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<Option<Tile>, CudaError> {
+        // The epilogue pairs a gate column with its up column inside one thread's outputs.
+        let tile = Tile::N64;
+        let family = s.family();
+        let Some(own) = self.own else {
+            return Ok(None);
+        };
+        if !WgKernels::fits_then(tile, g, then) || self.own_same_bits.get(&family) != Some(&true) {
+            return Ok(None);
+        }
+        self.ensure_scratch(s)?;
+        let probe = self
+            .short_probes
+            .get(&family)
+            .ok_or_else(|| CudaError::Unavailable("GEMM probe vanished".into()))?;
+        // What the pass runs otherwise.
+        let apart = match plan.own {
+            Some(t) if WgKernels::fits(t, g) => Algo::Own(t),
+            _ => Algo::Lt(plan.algo),
+        };
+        let scratch = self.scratch()?;
+        let timed = Gemm {
+            x: probe.x.ptr(),
+            y: scratch.ptr(),
+            ..*g
+        };
+        let after = then.to(scratch.at(s.tokens * s.out * 2));
+        type Run<'a> = Box<dyn Fn() -> Result<(), CudaError> + 'a>;
+        let runs: [Run; 2] = [
+            Box::new(|| {
+                self.launch_any(plan, &apart, &timed, stream)?;
+                after.launch(&timed, stream)
+            }),
+            Box::new(|| own.launch_then(tile, &timed, &after, stream)),
+        ];
+        if !self.fuse_untimed {
+            let times = self.time_runs(&runs, stream)?;
+            let &[apart_us, fused_us] = times.as_slice() else {
+                return Ok(None);
+            };
+            tracing::debug!(
+                ?s,
+                apart_us,
+                fused_us,
+                "short pass: GEMM and the next step timed apart and fused"
+            );
+            if fused_us >= apart_us * SHORT_MARGIN {
+                return Ok(None);
+            }
+        }
+        let found = probe.fused_differences(self, plan, &apart, tile, then, s.tokens, stream)?;
+        let same = found.is_some_and(|(differing, _)| differing == 0);
+        if !same {
+            tracing::warn!(
+                ?s,
+                ?found,
+                "gemm_wg with the next step fused gave other bits; the pass runs them apart"
+            );
+        }
+        Ok(same.then_some(tile))
+    }
+
     /// Whether `gemm_wg` gives `s`'s family the bits of `base` over a whole pass of `s`'s size
     /// on the family's probe: checked once per family, before any timing, so that where its
     /// sums are not cuBLASLt's bits it is never timed again. Every width adds up an output in
@@ -880,7 +1163,10 @@ impl Blas {
                 max_abs,
                 "gemm_wg's sums against cuBLASLt's for this layer"
             ),
-            None => tracing::warn!(?family, "gemm_wg failed to run; this layer keeps cuBLASLt's kernels"),
+            None => tracing::warn!(
+                ?family,
+                "gemm_wg failed to run; this layer keeps cuBLASLt's kernels"
+            ),
         }
         self.own_same_bits.insert(family, same);
         Ok(same)
@@ -896,37 +1182,59 @@ impl Blas {
         g: &Gemm,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<Vec<f32>, CudaError> {
-        let (Some(flush), Some(scratch)) = (&self.short_flush, &self.short_out) else {
-            return Err(CudaError::Unavailable(
-                "no scratch memory for timing".into(),
-            ));
-        };
+        let scratch = self.scratch()?;
         gpu::fill(scratch.ptr(), 0, scratch.bytes() / 4, stream)?;
         let g = Gemm {
             y: scratch.ptr(),
             ..*g
         };
+        let runs: Vec<_> = algos
+            .iter()
+            .map(|algo| move || self.launch_any(plan, algo, &g, stream))
+            .collect();
+        self.time_runs(&runs, stream)
+    }
+
+    /// `short_out`, which timed runs write into.
+    fn scratch(&self) -> Result<&DeviceBuf, CudaError> {
+        self.short_out
+            .as_ref()
+            .ok_or_else(|| CudaError::Unavailable("no scratch memory for timing".into()))
+    }
+
+    /// Each run's median GPU time (µs) over [`SHORT_REPS`] rounds, the L2 cache overwritten
+    /// before each (a failed run times as infinite).
+    fn time_runs<F: Fn() -> Result<(), CudaError>>(
+        &self,
+        runs: &[F],
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<Vec<f32>, CudaError> {
+        let Some(flush) = &self.short_flush else {
+            return Err(CudaError::Unavailable(
+                "no scratch memory for timing".into(),
+            ));
+        };
         // Rounds outermost, so that a drift of the clocks spreads over every candidate.
-        let mut marks = Vec::with_capacity(SHORT_REPS * algos.len());
+        let mut marks = Vec::with_capacity(SHORT_REPS * runs.len());
         for _ in 0..SHORT_REPS {
-            for algo in algos {
+            for run in runs {
                 gpu::fill(flush.ptr(), 0, FLUSH_BYTES / 4, stream)?;
                 let (start, end) = (Event::new()?, Event::new()?);
                 start.record(stream)?;
-                let ok = self.launch_any(plan, algo, &g, stream).is_ok();
+                let ok = run().is_ok();
                 end.record(stream)?;
                 marks.push((start, end, ok));
             }
         }
         gpu::sync_stream(stream)?;
-        let mut times = vec![Vec::with_capacity(SHORT_REPS); algos.len()];
+        let mut times = vec![Vec::with_capacity(SHORT_REPS); runs.len()];
         for (i, (start, end, ok)) in marks.iter().enumerate() {
             let us = if *ok {
                 start.elapsed_ms(end)? * 1e3
             } else {
                 f32::INFINITY
             };
-            times[i % algos.len()].push(us);
+            times[i % runs.len()].push(us);
         }
         Ok(times
             .into_iter()
@@ -943,6 +1251,27 @@ impl Blas {
         g: &Gemm,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<(), CudaError> {
+        self.run_inner(g, None, stream).map(|_| ())
+    }
+
+    /// Queues one GEMM on `stream`, and `then` with it in one kernel where that was faster
+    /// for this pass size: true if so, false if only the GEMM was queued and `then` is the
+    /// caller's to queue ([`Then::launch`]).
+    pub fn run_then(
+        &mut self,
+        g: &Gemm,
+        then: &Then,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<bool, CudaError> {
+        self.run_inner(g, Some(then), stream)
+    }
+
+    fn run_inner(
+        &mut self,
+        g: &Gemm,
+        then: Option<&Then>,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<bool, CudaError> {
         let shape = Shape {
             tokens: g.tokens,
             out: g.out,
@@ -950,6 +1279,14 @@ impl Blas {
             kind: g.kind,
         };
         self.plan(shape, g, stream)?;
+        if let Some(then) = then {
+            if let Some(tile) = self.fused(shape, g, then, stream) {
+                if let Some(own) = &self.own {
+                    own.launch_then(tile, g, then, stream)?;
+                    return Ok(true);
+                }
+            }
+        }
         let plan = self
             .plans
             .get(&shape)
@@ -959,7 +1296,8 @@ impl Blas {
             Some(tile) if self.own.is_some() && WgKernels::fits(tile, g) => Algo::Own(tile),
             _ => Algo::Lt(plan.algo),
         };
-        self.launch_any(plan, &algo, g, stream)
+        self.launch_any(plan, &algo, g, stream)?;
+        Ok(false)
     }
 
     /// Queues one GEMM with `algo`, whichever kind it is.
@@ -1157,23 +1495,78 @@ impl Probe {
         if ran.is_err() {
             return Ok(None);
         }
-        let (a, b) = (out_a.to_host()?, out_b.to_host()?);
-        let value = |e: &[u8]| match *e {
-            [lo, hi] => half::f16::from_le_bytes([lo, hi]).to_f32(),
-            [b0, b1, b2, b3] => f32::from_le_bytes([b0, b1, b2, b3]),
-            _ => f32::NAN,
+        Ok(Some(compare(
+            &out_a.to_host()?,
+            &out_b.to_host()?,
+            self.out_elem,
+        )))
+    }
+
+    /// How many outputs of `then` differ in their bits between a pass of the first `tokens`
+    /// rows run apart (the GEMM with `apart`, then `then`'s kernel) and run as one `gemm_wg`
+    /// kernel of `tile`, and by how much at most; `None` if one did not run.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_differences(
+        &self,
+        blas: &Blas,
+        plan: &Plan,
+        apart: &Algo,
+        tile: Tile,
+        then: &Then,
+        tokens: usize,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<Option<(usize, f32)>, CudaError> {
+        let Some(own) = &blas.own else {
+            return Ok(None);
         };
-        let mut differing = 0;
-        let mut max_abs = 0f32;
-        for (x, y) in a.chunks(self.out_elem).zip(b.chunks(self.out_elem)) {
-            if x != y {
-                differing += 1;
-                let d = (value(x) - value(y)).abs();
-                // NaN (a wrong kernel's garbage) counts as infinitely far.
-                max_abs = if d.is_nan() { f32::INFINITY } else { max_abs.max(d) };
+        let (y_a, y_b) = (self.start(0, tokens)?, self.start(0, tokens)?);
+        let (g_a, g_b) = (
+            self.gemm(tokens, self.x.ptr(), y_a.ptr()),
+            self.gemm(tokens, self.x.ptr(), y_b.ptr()),
+        );
+        let bytes = then.own_out_bytes(&g_a);
+        let outs = if bytes > 0 {
+            Some((DeviceBuf::alloc(bytes)?, DeviceBuf::alloc(bytes)?))
+        } else {
+            None
+        };
+        // RoPE at positions of the probe's own, spread over its tables: the pass being
+        // planned may be a warm-up's, whose tokens all sit at position 0, where a rotation is
+        // the identity and any two ways of rounding it agree.
+        let positions = match then {
+            Then::Rope { positions, .. } => {
+                let spread: Vec<i32> = (0..tokens as u64)
+                    .map(|i| {
+                        ((probe_value(i ^ 0x9051_7100) + 1.0) / 2.0 * *positions as f32) as i32
+                    })
+                    .map(|p| p.clamp(0, *positions as i32 - 1))
+                    .collect();
+                Some(DeviceBuf::from_slice(&spread)?)
             }
+            Then::GeGlu { .. } => None,
+        };
+        let then = &match (then, &positions) {
+            (Then::Rope { .. }, Some(p)) => then.at_positions(p.ptr()),
+            _ => *then,
+        };
+        let (then_a, then_b) = match &outs {
+            Some((a, b)) => (then.to(a.ptr()), then.to(b.ptr())),
+            None => (*then, *then),
+        };
+        let ran = blas
+            .launch_any(plan, apart, &g_a, stream)
+            .and_then(|_| then_a.launch(&g_a, stream))
+            .and_then(|_| own.launch_then(tile, &g_b, &then_b, stream));
+        gpu::sync_stream(stream)?;
+        if ran.is_err() {
+            return Ok(None);
         }
-        Ok(Some((differing, max_abs)))
+        // The step's own result, or the GEMM's output it changed in place; f16 either way.
+        let (a, b) = match &outs {
+            Some((a, b)) => (a.to_host()?, b.to_host()?),
+            None => (y_a.to_host()?, y_b.to_host()?),
+        };
+        Ok(Some(compare(&a, &b, 2)))
     }
 
     /// Runs `alone` on the first and the last block of rows alone, then `among` on the first
@@ -1238,6 +1631,31 @@ impl Probe {
         }
         Ok(true)
     }
+}
+
+/// How many `elem`-byte values (f16 or f32) of `a` and `b` differ in their bits, and by how
+/// much at most.
+fn compare(a: &[u8], b: &[u8], elem: usize) -> (usize, f32) {
+    let value = |e: &[u8]| match *e {
+        [lo, hi] => half::f16::from_le_bytes([lo, hi]).to_f32(),
+        [b0, b1, b2, b3] => f32::from_le_bytes([b0, b1, b2, b3]),
+        _ => f32::NAN,
+    };
+    let mut differing = 0;
+    let mut max_abs = 0f32;
+    for (x, y) in a.chunks(elem).zip(b.chunks(elem)) {
+        if x != y {
+            differing += 1;
+            let d = (value(x) - value(y)).abs();
+            // NaN (a wrong kernel's garbage) counts as infinitely far.
+            max_abs = if d.is_nan() {
+                f32::INFINITY
+            } else {
+                max_abs.max(d)
+            };
+        }
+    }
+    (differing, max_abs)
 }
 
 /// A pseudo-random value in [-1, 1) for index `i`, with all 24 bits of an f32 mantissa

@@ -442,8 +442,9 @@ impl Module {
         bytes: usize,
     ) -> Result<sys::CUfunction, CudaError> {
         let f = self.function_max_shared(name)?;
-        let bytes = i32::try_from(bytes)
-            .map_err(|_| CudaError::Unavailable(format!("{name}: {bytes} bytes of shared memory")))?;
+        let bytes = i32::try_from(bytes).map_err(|_| {
+            CudaError::Unavailable(format!("{name}: {bytes} bytes of shared memory"))
+        })?;
         // SAFETY: a kernel of this loaded module; the driver checks the size against the device.
         unsafe {
             result::function::set_function_attribute(

@@ -301,17 +301,23 @@ __device__ __forceinline__ void load8f(const float* __restrict__ p, float* x) {
 }
 // RoPE on dims [c8, c8 + 8) (x1) and their partners [c8 + 32, c8 + 40) (x2) of one head at
 // position `ps`: x1' = x1·cos − x2·sin, x2' = x2·cos + x1·sin.
+// One rotated pair, every RoPE here (rope_qk, attention_rows, gemm_wg's epilogue). Its
+// roundings are spelled out: left to the compiler, the products were fused into the adds one
+// way in rope_qk and another in gemm_wg's epilogue, and the same rotation gave other last
+// bits. These are the ones rope_qk's code had (x1 = a·c − ⌊b·s⌉, x2 = a·s + ⌊b·c⌉).
+__device__ __forceinline__ void rope_pair(float& x1, float& x2, float c, float sn) {
+    const float a = x1, b = x2;
+    x1 = __fmaf_rn(a, c, -__fmul_rn(b, sn));
+    x2 = __fmaf_rn(a, sn, __fmul_rn(b, c));
+}
+
 __device__ __forceinline__ void rope8(float* x1, float* x2, int ps, int c8, const float* __restrict__ rc,
                                       const float* __restrict__ rs) {
     float c[8], sn[8];
     load8f(rc + ps * 32 + c8, c);
     load8f(rs + ps * 32 + c8, sn);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-        const float a = x1[e], b = x2[e];
-        x1[e] = a * c[e] - b * sn[e];
-        x2[e] = b * c[e] + a * sn[e];
-    }
+    for (int e = 0; e < 8; ++e) rope_pair(x1[e], x2[e], c[e], sn[e]);
 }
 
 // RoPE in place on the query and key blocks of the fused Wqkv output (row stride `ld`,
@@ -930,7 +936,7 @@ __device__ __forceinline__ void wgmma_step(float* d, unsigned long long a, unsig
 // [kk, kk + 64) of each, into the swizzled tiles at shared addresses `sa` and `sb`.
 template <int BN>
 __device__ __forceinline__ void wg_load(u32 sa, u32 sb, const f16* __restrict__ x, const f16* __restrict__ w,
-                                        int m, int k, int m0, int n0, int kk, int tid) {
+                                        int m, int k, int m0, int n0, int up, int kk, int tid) {
 #pragma unroll
     for (int i = 0; i < WG_BM * 8 / 128; ++i) {
         const int c = tid + i * 128, r = c >> 3, ch = c & 7, row = m0 + r;
@@ -942,7 +948,9 @@ __device__ __forceinline__ void wg_load(u32 sa, u32 sb, const f16* __restrict__ 
 #pragma unroll
     for (int i = 0; i < BN * 8 / 128; ++i) {
         const int c = tid + i * 128, r = c >> 3, ch = c & 7;
-        const f16* src = w + (size_t)(n0 + r) * k + kk + ch * 8;
+        // GeGLU's blocks (`up` > 0) take BN/2 gate rows from n0 and their up rows from up + n0.
+        const int wr = up > 0 && r >= BN / 2 ? up + n0 + r - BN / 2 : n0 + r;
+        const f16* src = w + (size_t)wr * k + kk + ch * 8;
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 16;" ::"r"(sb + r * 128 + ((ch ^ (r & 7)) << 4)),
                      "l"(src));
     }
@@ -950,23 +958,35 @@ __device__ __forceinline__ void wg_load(u32 sa, u32 sb, const f16* __restrict__ 
 
 // What the epilogue does (gemm.rs `Kind::code`): f16 out; + f16 bias; ReLU(+ f16 bias);
 // y += on an f32 stream; y += · + f32 bias, rounded as cuBLASLt's epilogue rounds it (the
-// bias added to the product first, then the stream).
+// bias added to the product first, then the stream). WG_GEGLU (gemm.rs `Then::GeGlu`): the
+// block's first BN/2 outputs are gate columns and the rest the same columns' up half
+// (`aux` rows further in w); each output is rounded to f16 as the plain GEMM writes it, then
+// g = GELU(gate) ⊙ up is computed as the geglu kernel computes it, so the bits are the
+// same as the two steps'.
 #define WG_HALF 0
 #define WG_HALF_BIAS 1
 #define WG_HALF_RELU_BIAS 2
 #define WG_RESIDUAL_BIAS 4
+#define WG_GEGLU 5
+// WG_ROPE (gemm.rs `Then::Rope`): f16 out, and where the block's 64 outputs are a head of q
+// or k (before column `aux`), each output rounded to f16 as the plain GEMM writes it, then
+// rotated as rope_qk rotates it, at the row's position `pos[row]` in the tables `rc`, `rs`.
+#define WG_ROPE 6
 
 template <int BN, int ST>
 __device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __restrict__ w,
                                         const void* __restrict__ bias, void* __restrict__ y, int m, int n, int k,
-                                        int kind) {
+                                        int kind, int aux, const int* __restrict__ pos,
+                                        const float* __restrict__ rc, const float* __restrict__ rs) {
     extern __shared__ unsigned char wg_smem[];
+    const int up = kind == WG_GEGLU ? aux : 0;
     constexpr u32 A_BYTES = WG_BM * 128, STAGE = (WG_BM + BN) * 128;
     // The swizzle repeats every 1024 bytes and the descriptors assume tiles start on it; the
     // launch asks for 1 KB more than the stages take.
     const u32 base = (smem_addr(wg_smem) + 1023u) & ~1023u;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * BN;
+    // n0: the block's first row of w; with GeGLU also its first output column (BN/2 of them).
+    const int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * (up > 0 ? BN / 2 : BN);
     const int tiles = k / WG_BK;
 
     float d[BN / 2];
@@ -975,7 +995,7 @@ __device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __
 
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {
-        if (s < tiles) wg_load<BN>(base + s * STAGE, base + s * STAGE + A_BYTES, x, w, m, k, m0, n0, s * WG_BK, tid);
+        if (s < tiles) wg_load<BN>(base + s * STAGE, base + s * STAGE + A_BYTES, x, w, m, k, m0, n0, up, s * WG_BK, tid);
         cp_async_commit();
     }
     for (int kt = 0; kt < tiles; ++kt) {
@@ -987,7 +1007,7 @@ __device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __
         const int next = kt + ST - 1;
         if (next < tiles) {
             const u32 s = base + (next % ST) * STAGE;
-            wg_load<BN>(s, s + A_BYTES, x, w, m, k, m0, n0, next * WG_BK, tid);
+            wg_load<BN>(s, s + A_BYTES, x, w, m, k, m0, n0, up, next * WG_BK, tid);
         }
         cp_async_commit();
         const u32 sa = base + (kt % ST) * STAGE, sb = sa + A_BYTES;
@@ -1005,6 +1025,48 @@ __device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __
     // Accumulator i of a thread: row warp·16 + lane/4 (+ 8 for i % 4 ≥ 2), column
     // (i / 4)·8 + (lane % 4)·2 (+ 1 for odd i).
     const int r0 = m0 + warp * 16 + (lane >> 2);
+    if (kind == WG_GEGLU) {
+        // Column c's up value is accumulator group i + BN/16 of the same thread.
+#pragma unroll
+        for (int i = 0; i < BN / 16; ++i) {
+            const int col = n0 + i * 8 + (lane & 3) * 2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = r0 + h * 8;
+                if (row >= m) continue;
+                const int gi = i * 4 + h * 2, ui = (i + BN / 16) * 4 + h * 2;
+                const u32 a = pack2(d[gi], d[gi + 1]), b = pack2(d[ui], d[ui + 1]);
+                *reinterpret_cast<u32*>(static_cast<f16*>(y) + (size_t)row * n + col) =
+                    pack2(gelu_erf(lo_f(a)) * lo_f(b), gelu_erf(hi_f(a)) * hi_f(b));
+            }
+        }
+        return;
+    }
+    if (kind == WG_ROPE && n0 < aux) {
+        // A head's dims c and c + 32 are accumulator groups i and i + BN/16 of one thread.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = r0 + h * 8;
+            if (row >= m) continue;
+            const float* c = rc + pos[row] * 32;
+            const float* sn = rs + pos[row] * 32;
+#pragma unroll
+            for (int i = 0; i < BN / 16; ++i) {
+                const int dim = i * 8 + (lane & 3) * 2;
+                const int lo = i * 4 + h * 2, hi = (i + BN / 16) * 4 + h * 2;
+                const u32 a = pack2(d[lo], d[lo + 1]), b = pack2(d[hi], d[hi + 1]);
+                float a0 = lo_f(a), a1 = hi_f(a), b0 = lo_f(b), b1 = hi_f(b);
+                rope_pair(a0, b0, c[dim], sn[dim]);
+                rope_pair(a1, b1, c[dim + 1], sn[dim + 1]);
+                f16* out = static_cast<f16*>(y) + (size_t)row * n + n0 + dim;
+                *reinterpret_cast<u32*>(out) = pack2(a0, a1);
+                *reinterpret_cast<u32*>(out + BN / 2) = pack2(b0, b1);
+            }
+        }
+        return;
+    }
+    // The value third of a RoPE GEMM is written as it is.
+    if (kind == WG_ROPE) kind = WG_HALF;
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) {
         const int col = n0 + i * 8 + (lane & 3) * 2;
@@ -1045,13 +1107,15 @@ __device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __
 // in Hopper's 227 KB of shared memory. wgmma.rs sizes the launches to match.
 extern "C" __global__ void __launch_bounds__(128)
 gemm_wg_n32(const f16* __restrict__ x, const f16* __restrict__ w, const void* __restrict__ bias,
-            void* __restrict__ y, int m, int n, int k, int kind) {
-    gemm_wg<32, 6>(x, w, bias, y, m, n, k, kind);
+            void* __restrict__ y, int m, int n, int k, int kind, int aux, const int* __restrict__ pos,
+            const float* __restrict__ rc, const float* __restrict__ rs) {
+    gemm_wg<32, 6>(x, w, bias, y, m, n, k, kind, aux, pos, rc, rs);
 }
 extern "C" __global__ void __launch_bounds__(128)
 gemm_wg_n64(const f16* __restrict__ x, const f16* __restrict__ w, const void* __restrict__ bias,
-            void* __restrict__ y, int m, int n, int k, int kind) {
-    gemm_wg<64, 6>(x, w, bias, y, m, n, k, kind);
+            void* __restrict__ y, int m, int n, int k, int kind, int aux, const int* __restrict__ pos,
+            const float* __restrict__ rc, const float* __restrict__ rs) {
+    gemm_wg<64, 6>(x, w, bias, y, m, n, k, kind, aux, pos, rc, rs);
 }
 #endif  // LAYA_WGMMA
 

@@ -25,8 +25,9 @@ mod gpu;
 pub mod weights;
 mod wgmma;
 
-pub use engine::{Attention, CudaEngine, CudaSettings, Stats};
+pub use engine::{Attention, CudaEngine, CudaSettings, Fuse, Stats};
 pub use error::{CudaError, ForwardError, LoadError};
+pub use gemm::Choices;
 
 /// Opens the CUDA driver, NVRTC and cuBLASLt, or says which is missing or older than CUDA 13
 /// (never panics).

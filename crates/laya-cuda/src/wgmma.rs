@@ -9,7 +9,7 @@
 use cudarc::driver::sys::{CUfunction, CUstream};
 
 use crate::error::CudaError;
-use crate::gemm::Gemm;
+use crate::gemm::{Gemm, Kind, Then, HEAD_DIM};
 use crate::gpu::{Args, Module};
 
 /// `gemm_wg`'s widths: the outputs a block computes (its rows are always [`Tile::ROWS`]).
@@ -89,10 +89,7 @@ impl WgKernels {
             g.tokens.div_ceil(Tile::ROWS) as u32,
             1,
         );
-        let f = match tile {
-            Tile::N32 => self.functions[0],
-            Tile::N64 => self.functions[1],
-        };
+        let f = self.function(tile);
         Args::new()
             .ptr(g.x)
             .ptr(g.w)
@@ -102,9 +99,95 @@ impl WgKernels {
             .i32(g.out as i32)
             .i32(g.inp as i32)
             .i32(g.kind.code())
+            .i32(0)
+            .ptr(0)
+            .ptr(0)
+            .ptr(0)
             .launch(f, grid, 128, tile.shared_bytes() as u32, stream)
     }
+
+    /// Whether `tile` computes `g` followed by `then` in one kernel: `g` as
+    /// [`WgKernels::fits`] has it, f16 out without a bias, and for GeGLU each block's half
+    /// width of gate columns paired with the same columns of the up half.
+    pub fn fits_then(tile: Tile, g: &Gemm, then: &Then) -> bool {
+        let plain = g.kind == Kind::Half && WgKernels::fits(tile, g);
+        match then {
+            Then::GeGlu { g: out, .. } => {
+                plain && (g.out / 2).is_multiple_of(tile.outputs() / 2) && out.is_multiple_of(8)
+            }
+            // A block is one whole head of q, k or v.
+            Then::Rope { .. } => {
+                plain && tile.outputs() == HEAD_DIM && g.out.is_multiple_of(3 * HEAD_DIM)
+            }
+        }
+    }
+
+    /// Queues `g` followed by `then` as one kernel with blocks of `tile` (which must
+    /// [`WgKernels::fits_then`]); `g.y` is not written.
+    pub fn launch_then(
+        &self,
+        tile: Tile,
+        g: &Gemm,
+        then: &Then,
+        stream: CUstream,
+    ) -> Result<(), CudaError> {
+        if !WgKernels::fits_then(tile, g, then) {
+            return Err(CudaError::Unavailable(format!(
+                "gemm_wg {tile:?} cannot compute {} x {} -> {} with {then:?} here",
+                g.tokens, g.inp, g.out
+            )));
+        }
+        let rows = g.tokens.div_ceil(Tile::ROWS) as u32;
+        let args = Args::new().ptr(g.x).ptr(g.w).ptr(0);
+        let (args, blocks) = match *then {
+            Then::GeGlu { g: out, .. } => {
+                let half = g.out / 2;
+                let args = args
+                    .ptr(out)
+                    .i32(g.tokens as i32)
+                    .i32(half as i32)
+                    .i32(g.inp as i32)
+                    .i32(GEGLU_CODE)
+                    .i32(half as i32)
+                    .ptr(0)
+                    .ptr(0)
+                    .ptr(0);
+                (args, half / (tile.outputs() / 2))
+            }
+            Then::Rope { pos, cos, sin, .. } => {
+                let args = args
+                    .ptr(g.y)
+                    .i32(g.tokens as i32)
+                    .i32(g.out as i32)
+                    .i32(g.inp as i32)
+                    .i32(ROPE_CODE)
+                    .i32((g.out / 3 * 2) as i32)
+                    .ptr(pos)
+                    .ptr(cos)
+                    .ptr(sin);
+                (args, g.out / tile.outputs())
+            }
+        };
+        args.launch(
+            self.function(tile),
+            (blocks as u32, rows, 1),
+            128,
+            tile.shared_bytes() as u32,
+            stream,
+        )
+    }
+
+    fn function(&self, tile: Tile) -> CUfunction {
+        match tile {
+            Tile::N32 => self.functions[0],
+            Tile::N64 => self.functions[1],
+        }
+    }
 }
+
+/// `kernels.cu`'s `WG_GEGLU` and `WG_ROPE`.
+const GEGLU_CODE: i32 = 5;
+const ROPE_CODE: i32 = 6;
 
 #[cfg(test)]
 mod tests {

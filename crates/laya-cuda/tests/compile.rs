@@ -88,7 +88,10 @@ fn kernels_keep_their_register_budgets() {
             );
         }
         // gemm_wg (wgmma) exists on Hopper alone.
-        let wgmma = kernels.iter().filter(|k| k.name.starts_with("gemm_wg_")).count();
+        let wgmma = kernels
+            .iter()
+            .filter(|k| k.name.starts_with("gemm_wg_"))
+            .count();
         assert_eq!(
             wgmma,
             if cc == (9, 0) { 2 } else { 0 },

@@ -9,7 +9,7 @@
 
 use laya_core::agent::Agent;
 use laya_core::engine::{Forward, Row};
-use laya_cuda::{Attention, CudaEngine, CudaSettings};
+use laya_cuda::{Attention, CudaEngine, CudaSettings, Fuse};
 use laya_fixtures::{
     check_f16_references, checkpoints, decision_cases, fixtures_dir, max_logit_diff,
 };
@@ -99,6 +99,34 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
                 ..CudaSettings::default()
             },
         );
+        // gemm_wg without the steps after a GEMM in its epilogue, and with each of them
+        // wherever it gives the bits of the two kernels, faster or not.
+        let own_only = |fuse: Fuse| {
+            engine(
+                ckpt,
+                &CudaSettings {
+                    gemm_own: true,
+                    gemm_fuse: fuse,
+                    ..CudaSettings::default()
+                },
+            )
+        };
+        let off = Fuse {
+            geglu: false,
+            rope: false,
+            untimed: false,
+        };
+        let mut unfused = own_only(off);
+        let mut geglu = own_only(Fuse {
+            geglu: true,
+            untimed: true,
+            ..off
+        });
+        let mut rope = own_only(Fuse {
+            rope: true,
+            untimed: true,
+            ..off
+        });
         let mut rows_attention = engine(
             ckpt,
             &CudaSettings {
@@ -124,21 +152,60 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
                 first, untimed,
                 "{ckpt} pass {i}: short passes' timed GEMM kernels vs the first algorithm's"
             );
-            let own = own_kernel.forward.run(rows).expect("forward");
-            assert_eq!(
-                first, own,
-                "{ckpt} pass {i}: with gemm_wg among the timed kernels vs without"
+            // The gemm_wg variants, each reported (not only the first to differ), so that a
+            // failure names every path that moved a bit.
+            let variants = [
+                ("with gemm_wg among the timed kernels", &mut unfused),
+                ("Wi and GeGLU in one gemm_wg kernel", &mut geglu),
+                ("Wqkv and RoPE in one gemm_wg kernel", &mut rope),
+                ("with gemm_wg and its fused steps timed", &mut own_kernel),
+            ];
+            let differing: Vec<String> = variants
+                .into_iter()
+                .filter_map(|(what, e)| {
+                    let got = e.forward.run(rows).expect("forward");
+                    (got != first).then(|| format!("{what}: {got:?}"))
+                })
+                .collect();
+            assert!(
+                differing.is_empty(),
+                "{ckpt} pass {i}: against {first:?} without gemm_wg:\n{}",
+                differing.join("\n")
             );
             let reference = rows_attention.forward.run(rows).expect("forward");
             worst = worst.max(max_logit_diff(&first, &reference));
         }
-        let (families, long, short, _) = graphs.forward.gemm_algorithms();
-        let (_, _, own_short, own) = own_kernel.forward.gemm_algorithms();
-        println!(
-            "{ckpt}: {families} GEMM families, {long} long-pass algorithms, {short} short pass \
-             sizes on a timed kernel (with gemm_wg among them: {own_short}, {own} on gemm_wg), \
-             all bit-identical to the first algorithm's"
+        let plain = graphs.forward.gemm_algorithms();
+        let own = own_kernel.forward.gemm_algorithms();
+        let (geglu, rope) = (
+            geglu.forward.gemm_algorithms(),
+            rope.forward.gemm_algorithms(),
         );
+        println!(
+            "{ckpt}: {} GEMM families, {} long-pass algorithms, {} short pass sizes on a timed \
+             kernel (with gemm_wg among them: {}, {} on gemm_wg, {} with a step fused where \
+             faster; GeGLU fused wherever the bits allow: {}, RoPE: {}), all bit-identical to \
+             the first algorithm's",
+            plain.families,
+            plain.long_pass,
+            plain.short_pass,
+            own.short_pass,
+            own.own,
+            own.fused,
+            geglu.fused,
+            rope.fused
+        );
+        // On Hopper (where gemm_wg exists) the forced engines must have run the fused paths.
+        if own_kernel.forward.has_own_gemm() {
+            assert!(
+                geglu.fused > 0,
+                "{ckpt}: no short pass ran Wi and GeGLU fused"
+            );
+            assert!(
+                rope.fused > 0,
+                "{ckpt}: no short pass ran Wqkv and RoPE fused"
+            );
+        }
         let stats = graphs.forward.stats();
         println!(
             "{ckpt}: {} passes; tensor-core vs reference attention: max logit diff {worst:.2e}; {:?}",
@@ -258,9 +325,29 @@ fn batch_mates_do_not_change_answers() {
         };
         let forward = CudaEngine::load(dir, &settings).expect("large loads");
         let mut e = Agent::load(dir, forward).expect("tokenizer and configs load");
-        checked += check_batch_mates(&mut e.forward, &passes, 300, 13, "large with gemm_wg");
-        let (_, _, short, own) = e.forward.gemm_algorithms();
-        println!("large with gemm_wg: {own} of {short} timed short pass sizes took it");
+        checked += check_batch_mates(&mut e.forward, &passes, 150, 13, "large with gemm_wg");
+        let c = e.forward.gemm_algorithms();
+        println!(
+            "large with gemm_wg: {} of {} timed short pass sizes took it, {} ran it fused with GeGLU",
+            c.own, c.short_pass, c.fused
+        );
+        // And with the steps after GEMMs in gemm_wg's epilogue in every short pass where the
+        // bits allow.
+        let settings = CudaSettings {
+            gemm_fuse: Fuse {
+                untimed: true,
+                ..Fuse::default()
+            },
+            ..settings
+        };
+        let forward = CudaEngine::load(dir, &settings).expect("large loads");
+        let mut e = Agent::load(dir, forward).expect("tokenizer and configs load");
+        checked += check_batch_mates(&mut e.forward, &passes, 150, 17, "large, steps fused");
+        let c = e.forward.gemm_algorithms();
+        println!(
+            "large, GeGLU and RoPE fused where the bits allow: {} short pass sizes and steps",
+            c.fused
+        );
     } else {
         eprintln!("LAYA_CUDA_LARGE unset: the large shape is not checked");
     }
