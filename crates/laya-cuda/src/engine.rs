@@ -74,6 +74,7 @@ pub struct CudaSettings {
     /// cuBLASLt's bits for every layer of the three models' shapes, but is no faster yet (a
     /// few short pass sizes take it, within noise in and out of process on an H100;
     /// results/GPU.md), so it is off by default: each timed size would only cost warm-up.
+    /// With it on, GeGLU and RoPE may run in its epilogue too ([`CudaSettings::gemm_fuse`]).
     pub gemm_own: bool,
     /// With `gemm_own`, which steps after a GEMM a short pass may run in `gemm_wg`'s
     /// epilogue, and whether only where that was timed faster.
@@ -649,21 +650,9 @@ impl CudaEngine {
         // y (op)= x · wᵀ (+ bias) over `tokens` rows: see gemm::Gemm.
         // With `then`, the step after the GEMM, which may run in the same kernel: true if it
         // did, false if it is still to be queued.
-        let mut gemm = |kind, tokens, out, inp, x, w, bias, y, then: Option<&Then>| {
-            let g = Gemm {
-                kind,
-                tokens,
-                out,
-                inp,
-                x,
-                w,
-                bias,
-                y,
-            };
-            match then {
-                Some(then) => blas.run_then(&g, then, stream),
-                None => blas.run(&g, stream).map(|()| false),
-            }
+        let mut gemm = |g: Gemm, then: Option<&Then>| match then {
+            Some(then) => blas.run_then(&g, then, stream),
+            None => blas.run(&g, stream).map(|()| false),
         };
         let mut mark = |label: &'static str| -> Result<(), CudaError> {
             if let Some(m) = marks.as_deref_mut() {
@@ -775,7 +764,7 @@ impl CudaEngine {
             };
             let turn = (self.settings.attention == Attention::TensorCore).then(|| rope_then(rope));
             let fused_turn = turn.as_ref().filter(|_| fuse.rope);
-            if gemm(qkv.kind, t, qkv.out, d, qkv.x, qkv.w, 0, qkv.y, fused_turn)? {
+            if gemm(qkv, fused_turn)? {
                 mark("gemm qkv + rope")?;
             } else {
                 mark("gemm qkv")?;
@@ -791,14 +780,16 @@ impl CudaEngine {
                 "attention global"
             })?;
             gemm(
-                Kind::Residual,
-                t,
-                d,
-                d,
-                work.att.ptr(),
-                layer.wo.ptr(),
-                0,
-                work.x.ptr(),
+                Gemm {
+                    kind: Kind::Residual,
+                    tokens: t,
+                    out: d,
+                    inp: d,
+                    x: work.att.ptr(),
+                    w: layer.wo.ptr(),
+                    bias: 0,
+                    y: work.x.ptr(),
+                },
                 None,
             )?;
             mark("gemm o + residual")?;
@@ -814,17 +805,7 @@ impl CudaEngine {
                 bias: 0,
                 y: work.wide.ptr(),
             };
-            if gemm(
-                wi.kind,
-                t,
-                wi.out,
-                d,
-                wi.x,
-                wi.w,
-                0,
-                wi.y,
-                fuse.geglu.then_some(&geglu),
-            )? {
+            if gemm(wi, fuse.geglu.then_some(&geglu))? {
                 mark("gemm wi + geglu")?;
             } else {
                 mark("gemm wi")?;
@@ -832,14 +813,16 @@ impl CudaEngine {
                 mark("geglu")?;
             }
             gemm(
-                Kind::Residual,
-                t,
-                d,
-                inter,
-                work.g.ptr(),
-                layer.wo_mlp.ptr(),
-                0,
-                work.x.ptr(),
+                Gemm {
+                    kind: Kind::Residual,
+                    tokens: t,
+                    out: d,
+                    inp: inter,
+                    x: work.g.ptr(),
+                    w: layer.wo_mlp.ptr(),
+                    bias: 0,
+                    y: work.x.ptr(),
+                },
                 None,
             )?;
             mark("gemm wo + residual")?;
@@ -870,28 +853,32 @@ impl CudaEngine {
         for (j, hl) in w.head.iter().enumerate() {
             if j + 1 < n_head {
                 gemm(
-                    Kind::HalfBias,
-                    t,
-                    3 * d,
-                    d,
-                    work.a.ptr(),
-                    hl.in_w.ptr(),
-                    hl.in_b.ptr(),
-                    work.qkv.ptr(),
+                    Gemm {
+                        kind: Kind::HalfBias,
+                        tokens: t,
+                        out: 3 * d,
+                        inp: d,
+                        x: work.a.ptr(),
+                        w: hl.in_w.ptr(),
+                        bias: hl.in_b.ptr(),
+                        y: work.qkv.ptr(),
+                    },
                     None,
                 )?;
                 mark("head gemm qkv")?;
                 attention(work.qkv.ptr(), 3 * d, work.att.ptr(), None, -1)?;
                 mark("head attention")?;
                 gemm(
-                    Kind::ResidualBias,
-                    t,
-                    d,
-                    d,
-                    work.att.ptr(),
-                    hl.out_w.ptr(),
-                    hl.out_b.ptr(),
-                    work.h.ptr(),
+                    Gemm {
+                        kind: Kind::ResidualBias,
+                        tokens: t,
+                        out: d,
+                        inp: d,
+                        x: work.att.ptr(),
+                        w: hl.out_w.ptr(),
+                        bias: hl.out_b.ptr(),
+                        y: work.h.ptr(),
+                    },
                     None,
                 )?;
                 mark("head gemm o + residual")?;
@@ -905,26 +892,30 @@ impl CudaEngine {
                 )?;
                 mark("head norm")?;
                 gemm(
-                    Kind::HalfReluBias,
-                    t,
-                    4 * d,
-                    d,
-                    work.a.ptr(),
-                    hl.l1_w.ptr(),
-                    hl.l1_b.ptr(),
-                    work.wide.ptr(),
+                    Gemm {
+                        kind: Kind::HalfReluBias,
+                        tokens: t,
+                        out: 4 * d,
+                        inp: d,
+                        x: work.a.ptr(),
+                        w: hl.l1_w.ptr(),
+                        bias: hl.l1_b.ptr(),
+                        y: work.wide.ptr(),
+                    },
                     None,
                 )?;
                 mark("head gemm linear1")?;
                 gemm(
-                    Kind::ResidualBias,
-                    t,
-                    d,
-                    4 * d,
-                    work.wide.ptr(),
-                    hl.l2_w.ptr(),
-                    hl.l2_b.ptr(),
-                    work.h.ptr(),
+                    Gemm {
+                        kind: Kind::ResidualBias,
+                        tokens: t,
+                        out: d,
+                        inp: 4 * d,
+                        x: work.wide.ptr(),
+                        w: hl.l2_w.ptr(),
+                        bias: hl.l2_b.ptr(),
+                        y: work.h.ptr(),
+                    },
                     None,
                 )?;
                 mark("head gemm linear2")?;
@@ -945,14 +936,16 @@ impl CudaEngine {
             let si = s as i32;
             let sel_grid = grid_for(s, NORM_ROWS_PER_BLOCK);
             gemm(
-                Kind::HalfBias,
-                t,
-                2 * d,
-                d,
-                work.a.ptr(),
-                hl.in_w.at(d * d * 2),
-                hl.in_b.at(d * 2),
-                work.qkv.ptr(),
+                Gemm {
+                    kind: Kind::HalfBias,
+                    tokens: t,
+                    out: 2 * d,
+                    inp: d,
+                    x: work.a.ptr(),
+                    w: hl.in_w.at(d * d * 2),
+                    bias: hl.in_b.at(d * 2),
+                    y: work.qkv.ptr(),
+                },
                 None,
             )?;
             mark("head gemm kv")?;
@@ -969,14 +962,16 @@ impl CudaEngine {
                 .launch(k.gather_norm, sel_grid, norm_block, 0, stream)?;
             mark("head gather + norm1")?;
             gemm(
-                Kind::HalfBias,
-                s,
-                d,
-                d,
-                work.a_s.ptr(),
-                hl.in_w.ptr(),
-                hl.in_b.ptr(),
-                work.q_s.ptr(),
+                Gemm {
+                    kind: Kind::HalfBias,
+                    tokens: s,
+                    out: d,
+                    inp: d,
+                    x: work.a_s.ptr(),
+                    w: hl.in_w.ptr(),
+                    bias: hl.in_b.ptr(),
+                    y: work.q_s.ptr(),
+                },
                 None,
             )?;
             mark("head gemm q (selected)")?;
@@ -1015,14 +1010,16 @@ impl CudaEngine {
             }
             mark("head attention (selected)")?;
             gemm(
-                Kind::ResidualBias,
-                s,
-                d,
-                d,
-                work.att_s.ptr(),
-                hl.out_w.ptr(),
-                hl.out_b.ptr(),
-                work.hs.ptr(),
+                Gemm {
+                    kind: Kind::ResidualBias,
+                    tokens: s,
+                    out: d,
+                    inp: d,
+                    x: work.att_s.ptr(),
+                    w: hl.out_w.ptr(),
+                    bias: hl.out_b.ptr(),
+                    y: work.hs.ptr(),
+                },
                 None,
             )?;
             mark("head gemm o (selected)")?;
@@ -1036,26 +1033,30 @@ impl CudaEngine {
             )?;
             mark("head norm2 (selected)")?;
             gemm(
-                Kind::HalfReluBias,
-                s,
-                4 * d,
-                d,
-                work.a_s.ptr(),
-                hl.l1_w.ptr(),
-                hl.l1_b.ptr(),
-                work.wide_s.ptr(),
+                Gemm {
+                    kind: Kind::HalfReluBias,
+                    tokens: s,
+                    out: 4 * d,
+                    inp: d,
+                    x: work.a_s.ptr(),
+                    w: hl.l1_w.ptr(),
+                    bias: hl.l1_b.ptr(),
+                    y: work.wide_s.ptr(),
+                },
                 None,
             )?;
             mark("head gemm linear1 (selected)")?;
             gemm(
-                Kind::ResidualBias,
-                s,
-                d,
-                4 * d,
-                work.wide_s.ptr(),
-                hl.l2_w.ptr(),
-                hl.l2_b.ptr(),
-                work.hs.ptr(),
+                Gemm {
+                    kind: Kind::ResidualBias,
+                    tokens: s,
+                    out: d,
+                    inp: 4 * d,
+                    x: work.wide_s.ptr(),
+                    w: hl.l2_w.ptr(),
+                    bias: hl.l2_b.ptr(),
+                    y: work.hs.ptr(),
+                },
                 None,
             )?;
             mark("head gemm linear2 (selected)")?;

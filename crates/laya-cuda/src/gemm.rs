@@ -41,7 +41,9 @@
 //! GPU with a few hundred rows. It adds up each output as cuBLASLt's split-free Hopper
 //! kernels do, and gave their bits for every layer of the three models on an H100; still,
 //! like theirs, its bits are taken only where the check sees them equal to the first
-//! algorithm's.
+//! algorithm's. It can also do the step after a GEMM in its epilogue ([`Then`]: GeGLU after
+//! `Wi`, RoPE after `Wqkv`), which a short pass takes the same way: timed against the GEMM
+//! plus the step's own kernel, and only where it gives their bits.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -337,7 +339,7 @@ const SHORT_MARGIN: f32 = 0.95;
 /// (50 MB on the H100 and H200).
 const FLUSH_BYTES: usize = 64 << 20;
 
-/// What a [`Blas`] chose so far ([`Blas::choices`]).
+/// What the GEMMs chose so far (`CudaEngine::gemm_algorithms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Choices {
     /// GEMM layer shapes planned.
@@ -950,10 +952,7 @@ impl Blas {
             return Ok(None);
         }
         self.ensure_scratch(s)?;
-        let probe = self
-            .short_probes
-            .get(&family)
-            .ok_or_else(|| CudaError::Unavailable("GEMM probe vanished".into()))?;
+        let probe = self.probe(family)?;
         let mut all = vec![Algo::Lt(*base)];
         all.extend(&candidates);
         let timed = Gemm {
@@ -998,6 +997,22 @@ impl Blas {
             }
         }
         Ok(None)
+    }
+
+    /// The family's probe, made by [`Blas::choose_short`] when its first short pass was timed.
+    fn probe(&self, family: Family) -> Result<&Probe, CudaError> {
+        self.short_probes
+            .get(&family)
+            .ok_or_else(|| CudaError::Unavailable("GEMM probe vanished".into()))
+    }
+
+    /// What runs `g` as `plan` has it: `gemm_wg` where the plan took it and the operands suit
+    /// it, else the algorithm whose bits it gives.
+    fn algo(&self, plan: &Plan, g: &Gemm) -> Algo {
+        match plan.own {
+            Some(tile) if self.own.is_some() && WgKernels::fits(tile, g) => Algo::Own(tile),
+            _ => Algo::Lt(plan.algo),
+        }
     }
 
     /// Allocates what timing a pass of shape `s` needs: the cache flush, and scratch output
@@ -1080,15 +1095,9 @@ impl Blas {
             return Ok(None);
         }
         self.ensure_scratch(s)?;
-        let probe = self
-            .short_probes
-            .get(&family)
-            .ok_or_else(|| CudaError::Unavailable("GEMM probe vanished".into()))?;
+        let probe = self.probe(family)?;
         // What the pass runs otherwise.
-        let apart = match plan.own {
-            Some(t) if WgKernels::fits(t, g) => Algo::Own(t),
-            _ => Algo::Lt(plan.algo),
-        };
+        let apart = self.algo(plan, g);
         let scratch = self.scratch()?;
         let timed = Gemm {
             x: probe.x.ptr(),
@@ -1148,10 +1157,7 @@ impl Blas {
         if let Some(&same) = self.own_same_bits.get(&family) {
             return Ok(same);
         }
-        let probe = self
-            .short_probes
-            .get(&family)
-            .ok_or_else(|| CudaError::Unavailable("GEMM probe vanished".into()))?;
+        let probe = self.probe(family)?;
         let found = probe.differences(self, base, &Algo::Own(tile), plan, s.tokens, stream)?;
         let same = found.is_some_and(|(differing, _)| differing == 0);
         match found {
@@ -1291,12 +1297,7 @@ impl Blas {
             .plans
             .get(&shape)
             .ok_or_else(|| CudaError::Unavailable("GEMM plan vanished".into()))?;
-        // Operands `gemm_wg` cannot take go to the algorithm whose bits it gives.
-        let algo = match plan.own {
-            Some(tile) if self.own.is_some() && WgKernels::fits(tile, g) => Algo::Own(tile),
-            _ => Algo::Lt(plan.algo),
-        };
-        self.launch_any(plan, &algo, g, stream)?;
+        self.launch_any(plan, &self.algo(plan, g), g, stream)?;
         Ok(false)
     }
 
