@@ -8,7 +8,7 @@
 //!   and cached on disk.
 //! - [`gemm`]: the linear layers through cuBLASLt, bias/ReLU/residual in the epilogue;
 //!   [`wgmma`]: our own Hopper GEMM kernel, which short passes take where it gives the same
-//!   bits.
+//!   bits, alone or with GeGLU or RoPE in its epilogue.
 //! - [`batch`]: rows packed back to back into fixed-size buckets, one CUDA graph per bucket.
 //! - [`weights`], [`engine`]: the checkpoint on the GPU and the forward pass.
 //!

@@ -4,7 +4,10 @@
 //! leaves most multiprocessors idle. `gemm_wg` gives each block 64 rows and 32 or 64 outputs,
 //! so such a pass covers the GPU. With `CudaSettings::gemm_own` on, [`crate::gemm`] times it
 //! beside cuBLASLt's candidates and takes it for a pass only where it gives the cuBLASLt bits
-//! of that layer, so answers never depend on which kernel ran.
+//! of that layer, so answers never depend on which kernel ran. Its epilogue can also do the
+//! step after the GEMM ([`Then`]: the MLP's GeGLU, RoPE on the attention's queries and
+//! keys), sparing that step's kernel where [`crate::gemm::Blas::run_then`] finds it faster
+//! and of the same bits.
 
 use cudarc::driver::sys::{CUfunction, CUstream};
 
