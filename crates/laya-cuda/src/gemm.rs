@@ -240,7 +240,7 @@ impl Then {
     }
 
     /// Bytes of the result it writes apart from the GEMM's output, for `gemm`'s rows.
-    fn own_out_bytes(&self, gemm: &Gemm) -> usize {
+    fn separate_out_bytes(&self, gemm: &Gemm) -> usize {
         match self {
             Then::GeGlu { .. } => gemm.tokens * gemm.out / 2 * 2,
             Then::Rope { .. } => 0,
@@ -350,7 +350,8 @@ pub struct Choices {
     pub short_pass: usize,
     /// Of those, the ones that took `gemm_wg`.
     pub own: usize,
-    /// Short pass sizes whose GEMM and the step after it run as one `gemm_wg` kernel.
+    /// Short pass sizes and steps ([`Then`]) that run in one `gemm_wg` kernel with their GEMM
+    /// (a size may count twice: GeGLU after `Wi`, RoPE after `Wqkv`).
     pub fused: usize,
 }
 
@@ -368,7 +369,7 @@ pub struct Blas {
     short_plans: usize,
     /// Of those, the ones that took `gemm_wg`.
     short_own: usize,
-    /// Short passes planned with their GEMM and the step after it in one `gemm_wg` kernel.
+    /// Short pass sizes and steps planned to run in one `gemm_wg` kernel with their GEMM.
     short_fused: usize,
     /// Per pass shape and step after its GEMM, `gemm_wg`'s width when the two run as one
     /// kernel ([`Blas::run_then`]), or `None` where they run apart.
@@ -1525,7 +1526,7 @@ impl Probe {
             self.gemm(tokens, self.x.ptr(), y_a.ptr()),
             self.gemm(tokens, self.x.ptr(), y_b.ptr()),
         );
-        let bytes = then.own_out_bytes(&g_a);
+        let bytes = then.separate_out_bytes(&g_a);
         let outs = if bytes > 0 {
             Some((DeviceBuf::alloc(bytes)?, DeviceBuf::alloc(bytes)?))
         } else {
@@ -1534,25 +1535,18 @@ impl Probe {
         // RoPE at positions of the probe's own, spread over its tables: the pass being
         // planned may be a warm-up's, whose tokens all sit at position 0, where a rotation is
         // the identity and any two ways of rounding it agree.
-        let positions = match then {
+        let spread = match then {
             Then::Rope { positions, .. } => {
-                let spread: Vec<i32> = (0..tokens as u64)
-                    .map(|i| {
-                        ((probe_value(i ^ 0x9051_7100) + 1.0) / 2.0 * *positions as f32) as i32
-                    })
-                    .map(|p| p.clamp(0, *positions as i32 - 1))
-                    .collect();
-                Some(DeviceBuf::from_slice(&spread)?)
+                Some(DeviceBuf::from_slice(&probe_positions(tokens, *positions))?)
             }
             Then::GeGlu { .. } => None,
         };
-        let then = &match (then, &positions) {
-            (Then::Rope { .. }, Some(p)) => then.at_positions(p.ptr()),
-            _ => *then,
-        };
+        let then = spread
+            .as_ref()
+            .map_or(*then, |p| then.at_positions(p.ptr()));
         let (then_a, then_b) = match &outs {
             Some((a, b)) => (then.to(a.ptr()), then.to(b.ptr())),
-            None => (*then, *then),
+            None => (then, then),
         };
         let ran = blas
             .launch_any(plan, apart, &g_a, stream)
@@ -1659,6 +1653,14 @@ fn compare(a: &[u8], b: &[u8], elem: usize) -> (usize, f32) {
     (differing, max_abs)
 }
 
+/// Pseudo-random positions in `[0, positions)` for `tokens` rows, for checking RoPE.
+fn probe_positions(tokens: usize, positions: usize) -> Vec<i32> {
+    let top = positions.saturating_sub(1) as f32;
+    (0..tokens as u64)
+        .map(|i| ((probe_value(i ^ 0x9051_7100) + 1.0) / 2.0 * top).round() as i32)
+        .collect()
+}
+
 /// A pseudo-random value in [-1, 1) for index `i`, with all 24 bits of an f32 mantissa
 /// (splitmix64's mixing).
 fn probe_value(i: u64) -> f32 {
@@ -1682,6 +1684,27 @@ impl Drop for Blas {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RoPE's check must turn its rows: positions inside the tables, hardly ever 0 (where a
+    /// rotation is the identity), and spread over them.
+    #[test]
+    fn probe_positions_spread_over_the_tables() {
+        for (tokens, positions) in [(192, 8192), (6144, 8192), (640, 512)] {
+            let p = probe_positions(tokens, positions);
+            assert_eq!(p.len(), tokens);
+            assert!(p.iter().all(|&x| (0..positions as i32).contains(&x)));
+            let zeros = p.iter().filter(|&&x| x == 0).count();
+            assert!(zeros * 100 <= tokens, "{zeros} of {tokens} at position 0");
+            let distinct: std::collections::HashSet<_> = p.iter().collect();
+            assert!(
+                distinct.len() * 2 > tokens.min(positions),
+                "{} distinct",
+                distinct.len()
+            );
+            let (lo, hi) = (p.iter().min().copied(), p.iter().max().copied());
+            assert!(lo < Some(positions as i32 / 10) && hi > Some(positions as i32 * 9 / 10));
+        }
+    }
 
     /// The probe's values must round when summed: spread over [-1, 1), not on a coarse grid,
     /// and as f16 (the activations) still using most of the mantissa.

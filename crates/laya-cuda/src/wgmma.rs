@@ -102,6 +102,7 @@ impl WgKernels {
             .i32(g.out as i32)
             .i32(g.inp as i32)
             .i32(g.kind.code())
+            // The fused steps' operands (`aux`, `pos`, `rc`, `rs`), unused here.
             .i32(0)
             .ptr(0)
             .ptr(0)
@@ -126,7 +127,7 @@ impl WgKernels {
     }
 
     /// Queues `g` followed by `then` as one kernel with blocks of `tile` (which must
-    /// [`WgKernels::fits_then`]); `g.y` is not written.
+    /// [`WgKernels::fits_then`]): GeGLU writes only its own output, RoPE writes `g.y`.
     pub fn launch_then(
         &self,
         tile: Tile,

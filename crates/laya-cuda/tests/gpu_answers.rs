@@ -66,7 +66,8 @@ fn f16_answers_within_tolerance() {
 }
 
 /// Also: the short passes' faster GEMM kernels (`gemm_short_tokens`, on by default), with or
-/// without our own among them (`gemm_own`), change no bit against the first algorithm alone.
+/// without our own among them (`gemm_own`), alone or with GeGLU or RoPE in its epilogue
+/// (`gemm_fuse`), change no bit against the first algorithm alone.
 #[test]
 fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
     if !gpu() {
@@ -328,7 +329,7 @@ fn batch_mates_do_not_change_answers() {
         checked += check_batch_mates(&mut e.forward, &passes, 150, 13, "large with gemm_wg");
         let c = e.forward.gemm_algorithms();
         println!(
-            "large with gemm_wg: {} of {} timed short pass sizes took it, {} ran it fused with GeGLU",
+            "large with gemm_wg: {} of {} timed short pass sizes took it; {} sizes and steps ran fused",
             c.own, c.short_pass, c.fused
         );
         // And with the steps after GEMMs in gemm_wg's epilogue in every short pass where the
