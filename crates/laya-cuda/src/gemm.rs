@@ -212,31 +212,19 @@ impl Then {
     }
 
     /// The same step writing a result of its own (GeGLU's) to `to`; RoPE works in place.
-    fn to(self, to: u64) -> Then {
-        match self {
-            Then::GeGlu { kernel, .. } => Then::GeGlu { g: to, kernel },
-            rope @ Then::Rope { .. } => rope,
+    fn to(mut self, to: u64) -> Then {
+        if let Then::GeGlu { g, .. } = &mut self {
+            *g = to;
         }
+        self
     }
 
-    /// The same step with RoPE's positions read from `pos`.
-    fn at_positions(self, pos: u64) -> Then {
-        match self {
-            Then::Rope {
-                cos,
-                sin,
-                positions,
-                kernel,
-                ..
-            } => Then::Rope {
-                pos,
-                cos,
-                sin,
-                positions,
-                kernel,
-            },
-            geglu @ Then::GeGlu { .. } => geglu,
+    /// The same step with RoPE's positions read from `at`.
+    fn at_positions(mut self, at: u64) -> Then {
+        if let Then::Rope { pos, .. } = &mut self {
+            *pos = at;
         }
+        self
     }
 
     /// Bytes of the result it writes apart from the GEMM's output, for `gemm`'s rows.
@@ -369,8 +357,6 @@ pub struct Blas {
     short_plans: usize,
     /// Of those, the ones that took `gemm_wg`.
     short_own: usize,
-    /// Short pass sizes and steps planned to run in one `gemm_wg` kernel with their GEMM.
-    short_fused: usize,
     /// Per pass shape and step after its GEMM, `gemm_wg`'s width when the two run as one
     /// kernel ([`Blas::run_then`]), or `None` where they run apart.
     fused: HashMap<(Shape, Step), Option<Tile>>,
@@ -441,7 +427,6 @@ impl Blas {
             short_probes: HashMap::new(),
             short_plans: 0,
             short_own: 0,
-            short_fused: 0,
             fused: HashMap::new(),
             fuse_untimed: false,
             own: None,
@@ -495,7 +480,7 @@ impl Blas {
                 .sum(),
             short_pass: self.short_plans,
             own: self.short_own,
-            fused: self.short_fused,
+            fused: self.fused.values().flatten().count(),
         }
     }
 
@@ -1068,7 +1053,6 @@ impl Blas {
         } else {
             None
         };
-        self.short_fused += usize::from(tile.is_some());
         self.fused.insert(key, tile);
         tile
     }

@@ -87,27 +87,17 @@ impl WgKernels {
                 g.tokens, g.inp, g.out
             )));
         }
-        let grid = (
-            (g.out / tile.outputs()) as u32,
-            g.tokens.div_ceil(Tile::ROWS) as u32,
-            1,
-        );
-        let f = self.function(tile);
-        Args::new()
-            .ptr(g.x)
-            .ptr(g.w)
-            .ptr(g.bias)
-            .ptr(g.y)
-            .i32(g.tokens as i32)
-            .i32(g.out as i32)
-            .i32(g.inp as i32)
-            .i32(g.kind.code())
-            // The fused steps' operands (`aux`, `pos`, `rc`, `rs`), unused here.
-            .i32(0)
-            .ptr(0)
-            .ptr(0)
-            .ptr(0)
-            .launch(f, grid, 128, tile.shared_bytes() as u32, stream)
+        self.queue(
+            tile,
+            g,
+            g.out / tile.outputs(),
+            g.y,
+            g.out,
+            g.kind.code(),
+            0,
+            [0; 3],
+            stream,
+        )
     }
 
     /// Whether `tile` computes `g` followed by `then` in one kernel: `g` as
@@ -141,44 +131,58 @@ impl WgKernels {
                 g.tokens, g.inp, g.out
             )));
         }
-        let rows = g.tokens.div_ceil(Tile::ROWS) as u32;
-        let args = Args::new().ptr(g.x).ptr(g.w).ptr(0);
-        let (args, blocks) = match *then {
+        match *then {
             Then::GeGlu { g: out, .. } => {
                 let half = g.out / 2;
-                let args = args
-                    .ptr(out)
-                    .i32(g.tokens as i32)
-                    .i32(half as i32)
-                    .i32(g.inp as i32)
-                    .i32(GEGLU_CODE)
-                    .i32(half as i32)
-                    .ptr(0)
-                    .ptr(0)
-                    .ptr(0);
-                (args, half / (tile.outputs() / 2))
+                let blocks = half / (tile.outputs() / 2);
+                self.queue(tile, g, blocks, out, half, GEGLU_CODE, half, [0; 3], stream)
             }
             Then::Rope { pos, cos, sin, .. } => {
-                let args = args
-                    .ptr(g.y)
-                    .i32(g.tokens as i32)
-                    .i32(g.out as i32)
-                    .i32(g.inp as i32)
-                    .i32(ROPE_CODE)
-                    .i32((g.out / 3 * 2) as i32)
-                    .ptr(pos)
-                    .ptr(cos)
-                    .ptr(sin);
-                (args, g.out / tile.outputs())
+                let blocks = g.out / tile.outputs();
+                let qk = g.out / 3 * 2;
+                let tables = [pos, cos, sin];
+                self.queue(tile, g, blocks, g.y, g.out, ROPE_CODE, qk, tables, stream)
             }
-        };
-        args.launch(
-            self.function(tile),
-            (blocks as u32, rows, 1),
-            128,
-            tile.shared_bytes() as u32,
-            stream,
-        )
+        }
+    }
+
+    /// Launches `tile`'s kernel on `g`'s operands over `blocks` blocks of outputs: rows of `n`
+    /// outputs into `y`, the epilogue `kind` (`kernels.cu`'s `WG_*`), and the fused steps'
+    /// `aux` and `[pos, rc, rs]` (0 where unused).
+    #[allow(clippy::too_many_arguments)]
+    fn queue(
+        &self,
+        tile: Tile,
+        g: &Gemm,
+        blocks: usize,
+        y: u64,
+        n: usize,
+        kind: i32,
+        aux: usize,
+        [pos, rc, rs]: [u64; 3],
+        stream: CUstream,
+    ) -> Result<(), CudaError> {
+        let grid = (blocks as u32, g.tokens.div_ceil(Tile::ROWS) as u32, 1);
+        Args::new()
+            .ptr(g.x)
+            .ptr(g.w)
+            .ptr(g.bias)
+            .ptr(y)
+            .i32(g.tokens as i32)
+            .i32(n as i32)
+            .i32(g.inp as i32)
+            .i32(kind)
+            .i32(aux as i32)
+            .ptr(pos)
+            .ptr(rc)
+            .ptr(rs)
+            .launch(
+                self.function(tile),
+                grid,
+                128,
+                tile.shared_bytes() as u32,
+                stream,
+            )
     }
 
     fn function(&self, tile: Tile) -> CUfunction {
