@@ -236,7 +236,7 @@ impl Then {
     }
 }
 
-/// What runs one GEMM: a cuBLASLt algorithm, or `gemm_wg` with blocks of one width.
+/// What runs one GEMM: a cuBLASLt algorithm, or `gemm_wg` in one of its forms.
 #[derive(Clone, Copy)]
 enum Algo {
     Lt(sys::cublasLtMatmulAlgo_t),
@@ -292,7 +292,7 @@ struct Plan {
     b: sys::cublasLtMatrixLayout_t,
     d: sys::cublasLtMatrixLayout_t,
     algo: sys::cublasLtMatmulAlgo_t,
-    /// `gemm_wg`'s width when it runs this shape instead of `algo` (which it matched), as
+    /// `gemm_wg`'s form when it runs this shape instead of `algo` (which it matched), as
     /// long as the operands suit it.
     own: Option<Tile>,
 }
@@ -357,7 +357,7 @@ pub struct Blas {
     short_plans: usize,
     /// Of those, the ones that took `gemm_wg`.
     short_own: usize,
-    /// Per pass shape and step after its GEMM, `gemm_wg`'s width when the two run as one
+    /// Per pass shape and step after its GEMM, `gemm_wg`'s form when the two run as one
     /// kernel ([`Blas::run_then`]), or `None` where they run apart.
     fused: HashMap<(Shape, Step), Option<Tile>>,
     /// `gemm_wg`, where the engine loaded it (Hopper): then a short pass's timed candidates
@@ -898,7 +898,7 @@ impl Blas {
 
     /// A faster algorithm than `base` (the family's first algorithm, or the long tier's that
     /// the pass reaches) for the pass `s`, of the same bits: the heuristic's candidates at
-    /// `s.tokens` without split-K and `gemm_wg`'s widths, timed against `base` with the
+    /// `s.tokens` without split-K and `gemm_wg`'s forms, timed against `base` with the
     /// weights out of the L2 cache, the fastest tried first, each taken only if all of its
     /// output rows equal `base`'s on the family's probe; `None` if none is faster by
     /// [`SHORT_MARGIN`] and agrees.
@@ -929,10 +929,8 @@ impl Blas {
             let probe = Probe::new(family, g, self.short_tokens.max(s.tokens))?;
             self.short_probes.insert(family, probe);
         }
-        if let Some(&tile) = tiles.first() {
-            if self.own_bits(s, plan, base, tile, stream)? {
-                candidates.extend(tiles.into_iter().map(Algo::Own));
-            }
+        if !tiles.is_empty() && self.own_bits(s, plan, base, &tiles, stream)? {
+            candidates.extend(tiles.into_iter().map(Algo::Own));
         }
         if candidates.is_empty() {
             return Ok(None);
@@ -976,7 +974,10 @@ impl Blas {
                     base_us,
                     us,
                     rank,
-                    own = matches!(algo, Algo::Own(_)),
+                    own = ?match algo {
+                        Algo::Own(tile) => Some(tile),
+                        Algo::Lt(_) => None,
+                    },
                     "short pass: a faster GEMM algorithm of the same bits"
                 );
                 return Ok(Some(algo));
@@ -1021,7 +1022,7 @@ impl Blas {
         Ok(())
     }
 
-    /// `gemm_wg`'s width to run the planned pass `s` and `then` as one kernel, chosen when
+    /// `gemm_wg`'s form to run the planned pass `s` and `then` as one kernel, chosen when
     /// the pair is first met at this size: like the short passes' timed candidates, only
     /// while timing is allowed and for families of one algorithm at every size.
     fn fused(
@@ -1057,11 +1058,11 @@ impl Blas {
         tile
     }
 
-    /// `gemm_wg`'s width to run the pass `s` and `then` as one kernel, if that is faster by
-    /// [`SHORT_MARGIN`] than the GEMM as `plan` now runs it followed by `then`'s own kernel,
-    /// both timed with the weights out of the L2 cache, and gives the same bits over every
-    /// row of a pass of that size on the family's probe. Only for families whose plain
-    /// `gemm_wg` sums were seen to be cuBLASLt's ([`Blas::own_bits`]).
+    /// `gemm_wg`'s form to run the pass `s` and `then` as one kernel: the fastest of the
+    /// forms faster by [`SHORT_MARGIN`] than the GEMM as `plan` now runs it followed by
+    /// `then`'s own kernel, all timed with the weights out of the L2 cache, that gives the
+    /// same bits over every row of a pass of that size on the family's probe. Only for
+    /// families whose plain `gemm_wg` sums were seen to be cuBLASLt's ([`Blas::own_bits`]).
     fn choose_fused(
         &mut self,
         s: Shape,
@@ -1070,13 +1071,15 @@ impl Blas {
         g: &Gemm,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<Option<Tile>, CudaError> {
-        // The epilogue pairs a gate column with its up column inside one thread's outputs.
-        let tile = Tile::N64;
         let family = s.family();
         let Some(own) = self.own else {
             return Ok(None);
         };
-        if !WgKernels::fits_then(tile, g, then) || self.own_same_bits.get(&family) != Some(&true) {
+        let tiles: Vec<Tile> = Tile::ALL
+            .into_iter()
+            .filter(|&t| WgKernels::fits_then(t, g, then))
+            .collect();
+        if tiles.is_empty() || self.own_same_bits.get(&family) != Some(&true) {
             return Ok(None);
         }
         self.ensure_scratch(s)?;
@@ -1090,52 +1093,70 @@ impl Blas {
             ..*g
         };
         let after = then.to(scratch.at(s.tokens * s.out * 2));
-        type Run<'a> = Box<dyn Fn() -> Result<(), CudaError> + 'a>;
-        let runs: [Run; 2] = [
-            Box::new(|| {
+        // The forms to check, fastest first: untimed (tests), the widest first.
+        let order: Vec<Tile> = if self.fuse_untimed {
+            tiles.into_iter().rev().collect()
+        } else {
+            type Run<'a> = Box<dyn Fn() -> Result<(), CudaError> + 'a>;
+            let mut runs: Vec<Run> = vec![Box::new(|| {
                 self.launch_any(plan, &apart, &timed, stream)?;
                 after.launch(&timed, stream)
-            }),
-            Box::new(|| own.launch_then(tile, &timed, &after, stream)),
-        ];
-        if !self.fuse_untimed {
+            })];
+            for &tile in &tiles {
+                runs.push(Box::new(move || {
+                    own.launch_then(tile, &timed, &after, stream)
+                }));
+            }
             let times = self.time_runs(&runs, stream)?;
-            let &[apart_us, fused_us] = times.as_slice() else {
+            let Some((&apart_us, fused_us)) = times.split_first() else {
                 return Ok(None);
             };
+            let fused: Vec<(Tile, f32)> = tiles
+                .iter()
+                .copied()
+                .zip(fused_us.iter().copied())
+                .collect();
             tracing::debug!(
                 ?s,
                 apart_us,
-                fused_us,
+                ?fused,
                 "short pass: GEMM and the next step timed apart and fused"
             );
-            if fused_us >= apart_us * SHORT_MARGIN {
-                return Ok(None);
+            let mut faster: Vec<(Tile, f32)> = fused
+                .into_iter()
+                .filter(|(_, us)| *us < apart_us * SHORT_MARGIN)
+                .collect();
+            faster.sort_by(|a, b| a.1.total_cmp(&b.1));
+            faster.into_iter().map(|(t, _)| t).collect()
+        };
+        for tile in order {
+            let found =
+                probe.fused_differences(self, plan, &apart, tile, then, s.tokens, stream)?;
+            if found.is_some_and(|(differing, _)| differing == 0) {
+                return Ok(Some(tile));
             }
-        }
-        let found = probe.fused_differences(self, plan, &apart, tile, then, s.tokens, stream)?;
-        let same = found.is_some_and(|(differing, _)| differing == 0);
-        if !same {
             tracing::warn!(
                 ?s,
+                ?tile,
                 ?found,
-                "gemm_wg with the next step fused gave other bits; the pass runs them apart"
+                "gemm_wg with the next step fused gave other bits; not taken"
             );
         }
-        Ok(same.then_some(tile))
+        Ok(None)
     }
 
     /// Whether `gemm_wg` gives `s`'s family the bits of `base` over a whole pass of `s`'s size
-    /// on the family's probe: checked once per family, before any timing, so that where its
-    /// sums are not cuBLASLt's bits it is never timed again. Every width adds up an output in
-    /// the same order, so one is checked here (and the one a pass takes again before it is
-    /// taken).
+    /// on the family's probe, in every form in `tiles`: checked once per family, before any
+    /// timing, so that where its sums are not cuBLASLt's bits it is never timed again. The
+    /// forms add up an output in the same order but fill their stages by different means,
+    /// so each is checked (and the one a pass takes again before it is taken); one that
+    /// differs keeps the family off all of them and is logged.
     fn own_bits(
         &mut self,
         s: Shape,
         plan: &Plan,
         base: &sys::cublasLtMatmulAlgo_t,
-        tile: Tile,
+        tiles: &[Tile],
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<bool, CudaError> {
         let family = s.family();
@@ -1143,24 +1164,38 @@ impl Blas {
             return Ok(same);
         }
         let probe = self.probe(family)?;
-        let found = probe.differences(self, base, &Algo::Own(tile), plan, s.tokens, stream)?;
-        let same = found.is_some_and(|(differing, _)| differing == 0);
-        match found {
-            Some((differing, max_abs)) => tracing::info!(
-                ?family,
-                tokens = s.tokens,
-                same,
-                differing,
-                max_abs,
-                "gemm_wg's sums against cuBLASLt's for this layer"
-            ),
-            None => tracing::warn!(
-                ?family,
-                "gemm_wg failed to run; this layer keeps cuBLASLt's kernels"
-            ),
+        let mut all_same = true;
+        for &tile in tiles {
+            let found = probe.differences(self, base, &Algo::Own(tile), plan, s.tokens, stream)?;
+            let same = found.is_some_and(|(differing, _)| differing == 0);
+            all_same &= same;
+            match found {
+                Some((differing, max_abs)) if same => tracing::info!(
+                    ?family,
+                    ?tile,
+                    tokens = s.tokens,
+                    differing,
+                    max_abs,
+                    "gemm_wg's sums against cuBLASLt's for this layer: the same bits"
+                ),
+                Some((differing, max_abs)) => tracing::warn!(
+                    ?family,
+                    ?tile,
+                    tokens = s.tokens,
+                    differing,
+                    max_abs,
+                    "gemm_wg's sums against cuBLASLt's for this layer: other bits; the layer \
+                     keeps cuBLASLt's kernels"
+                ),
+                None => tracing::warn!(
+                    ?family,
+                    ?tile,
+                    "gemm_wg failed to run; this layer keeps cuBLASLt's kernels"
+                ),
+            }
         }
-        self.own_same_bits.insert(family, same);
-        Ok(same)
+        self.own_same_bits.insert(family, all_same);
+        Ok(all_same)
     }
 
     /// Each algorithm's median GPU time (µs) over [`SHORT_REPS`] runs of `g`, the L2 cache

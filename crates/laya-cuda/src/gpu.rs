@@ -467,35 +467,133 @@ impl Drop for Module {
     }
 }
 
-/// The arguments of one kernel launch, each stored as an 8-byte slot (the driver reads each
-/// parameter's own size from its address: little-endian, so the low bytes).
+/// The current context's GPU's multiprocessors.
+pub fn multiprocessors() -> Result<u32, CudaError> {
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: an out-parameter; the engine's context is current on this thread.
+    unsafe { sys::cuCtxGetDevice(&mut dev).result() }.map_err(drv("cuCtxGetDevice"))?;
+    // SAFETY: `dev` came from the driver.
+    let n = unsafe {
+        result::device::get_attribute(
+            dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+    }
+    .map_err(drv("multiprocessor count"))?;
+    Ok(n.max(1) as u32)
+}
+
+/// How many blocks of `f` (of `threads` threads and `shared` bytes of dynamic shared memory)
+/// one multiprocessor holds at once.
+pub fn blocks_per_multiprocessor(
+    f: sys::CUfunction,
+    threads: u32,
+    shared: usize,
+) -> Result<u32, CudaError> {
+    let mut n = 0;
+    // SAFETY: a loaded kernel and an out-parameter.
+    unsafe {
+        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, f, threads as i32, shared).result()
+    }
+    .map_err(drv("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+    Ok(n.max(1) as u32)
+}
+
+/// A TMA tensor map of a row-major f16 matrix, as `cp.async.bulk.tensor` reads it: boxes of
+/// 64 columns (one 128-byte row each) × `box_rows` rows, landing in shared memory in the
+/// 128-byte swizzle, rows past the matrix's end read as zeros.
+#[derive(Clone, Copy)]
+pub struct TensorMap(sys::CUtensorMap);
+
+impl TensorMap {
+    /// The map of the `rows` × `cols` matrix of halves at `ptr` (16-byte aligned, `cols` a
+    /// multiple of 8).
+    pub fn f16_rows(
+        ptr: u64,
+        rows: usize,
+        cols: usize,
+        box_rows: u32,
+    ) -> Result<TensorMap, CudaError> {
+        let mut map = sys::CUtensorMap { opaque: [0; 16] };
+        let dims = [cols as u64, rows as u64];
+        // The stride of every dimension past the first, in bytes.
+        let strides = [cols as u64 * 2];
+        let boxes = [64u32, box_rows];
+        let steps = [1u32, 1];
+        // SAFETY: every array has the rank's length (2; strides 1); the driver checks the
+        // values, and only encodes: nothing is read from `ptr` here.
+        unsafe {
+            sys::cuTensorMapEncodeTiled(
+                &mut map,
+                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                2,
+                ptr as *mut c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                steps.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+            .result()
+        }
+        .map_err(drv("cuTensorMapEncodeTiled"))?;
+        Ok(TensorMap(map))
+    }
+}
+
+/// One kernel parameter: an 8-byte slot (the driver reads each parameter's own size from its
+/// address: little-endian, so the low bytes), or a tensor map passed by value.
+enum Param {
+    Word(u64),
+    Map(Box<sys::CUtensorMap>),
+}
+
+/// The arguments of one kernel launch.
 #[derive(Default)]
 pub struct Args {
-    slots: Vec<u64>,
+    params: Vec<Param>,
 }
 
 impl Args {
     pub fn new() -> Args {
         Args {
-            slots: Vec::with_capacity(20),
+            params: Vec::with_capacity(20),
         }
     }
+    fn word(mut self, v: u64) -> Args {
+        self.params.push(Param::Word(v));
+        self
+    }
     /// A device pointer (0 is a null pointer).
-    pub fn ptr(mut self, p: u64) -> Args {
-        self.slots.push(p);
+    pub fn ptr(self, p: u64) -> Args {
+        self.word(p)
+    }
+    pub fn i32(self, v: i32) -> Args {
+        self.word(v as u32 as u64)
+    }
+    pub fn i64(self, v: i64) -> Args {
+        self.word(v as u64)
+    }
+    pub fn f32(self, v: f32) -> Args {
+        self.word(v.to_bits() as u64)
+    }
+    /// A tensor map (a `__grid_constant__` parameter).
+    pub fn map(mut self, m: &TensorMap) -> Args {
+        self.params.push(Param::Map(Box::new(m.0)));
         self
     }
-    pub fn i32(mut self, v: i32) -> Args {
-        self.slots.push(v as u32 as u64);
-        self
-    }
-    pub fn i64(mut self, v: i64) -> Args {
-        self.slots.push(v as u64);
-        self
-    }
-    pub fn f32(mut self, v: f32) -> Args {
-        self.slots.push(v.to_bits() as u64);
-        self
+
+    fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.params
+            .iter_mut()
+            .map(|p| match p {
+                Param::Word(w) => w as *mut u64 as *mut c_void,
+                Param::Map(m) => &mut **m as *mut sys::CUtensorMap as *mut c_void,
+            })
+            .collect()
     }
 
     /// Launches `f` on `stream`.
@@ -507,15 +605,47 @@ impl Args {
         shared: u32,
         stream: sys::CUstream,
     ) -> Result<(), CudaError> {
-        let mut params: Vec<*mut c_void> = self
-            .slots
-            .iter_mut()
-            .map(|s| s as *mut u64 as *mut c_void)
-            .collect();
+        let mut params = self.pointers();
         // SAFETY: the caller passes the kernel's exact parameter list; the slots outlive the
         // call, which copies them.
         unsafe { result::launch_kernel(f, grid, (block, 1, 1), shared, stream, &mut params) }
             .map_err(drv("cuLaunchKernel"))
+    }
+
+    /// Launches `f` on `stream` as a programmatic dependent of the work queued before it: it
+    /// may start once every block of the kernel before has signalled (`pdl_release` in
+    /// kernels.cu) and must itself wait (`pdl_wait`) before it reads what that kernel wrote.
+    pub fn launch_dependent(
+        mut self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared: u32,
+        stream: sys::CUstream,
+    ) -> Result<(), CudaError> {
+        let mut params = self.pointers();
+        // SAFETY: a zeroed attribute value is a valid union; the one field set is the one the
+        // attribute's id names.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: as `launch`; `config` and `attr` outlive the call.
+        unsafe {
+            sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()).result()
+        }
+        .map_err(drv("cuLaunchKernelEx"))
     }
 }
 

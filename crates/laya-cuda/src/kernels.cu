@@ -39,6 +39,22 @@ __device__ __forceinline__ float gelu_erf(float x) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
 
+// Programmatic dependent launch (Hopper on): a kernel that feeds a GEMM of ours lets it be
+// launched while its own blocks still run (`pdl_release`, at its start); that GEMM, launched
+// with the attribute, reads its weights meanwhile and waits (`pdl_wait`) for this kernel to
+// finish, and its writes to land, before it reads anything this kernel wrote. Without the
+// attribute both are no-ops, so every other launch keeps the stream's plain order.
+__device__ __forceinline__ void pdl_release() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------
 // Row norms: one warp per row of d values (d % 8 == 0, d ≤ 256·MAXC), each lane holding 8
 // consecutive values of every 256-wide chunk, so loads are 16-byte and coalesced. A chunk
@@ -148,6 +164,7 @@ __device__ __forceinline__ void layer_norm(float* v, int d, int nc, int lane, co
 }
 
 #define ROW_SETUP                                                        \
+    pdl_release();                                                       \
     const int lane = threadIdx.x & 31;                                   \
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); \
     if (row >= n) return;                                                \
@@ -224,6 +241,7 @@ extern "C" __global__ void gather_norm(const float* __restrict__ h, const int* _
 // Block (t, y) covers token t's columns from y · blockDim · 8: the token comes from the grid,
 // not from a 64-bit division of a flat index, which cost about as much as the GELUs.
 extern "C" __global__ void geglu(const f16* __restrict__ wi, f16* __restrict__ g, int n, int inter) {
+    pdl_release();
     const size_t t = blockIdx.x;
     const int i = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
     if ((int)t >= n || i >= inter) return;
@@ -327,6 +345,7 @@ __device__ __forceinline__ void rope8(float* x1, float* x2, int ps, int c8, cons
 extern "C" __global__ void rope_qk(f16* __restrict__ qkv, int ld, int d, const int* __restrict__ tok_pos,
                                    const float* __restrict__ rc, const float* __restrict__ rs, int n,
                                    int heads) {
+    pdl_release();
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     const int per_tok = heads * 8;
     if (idx >= n * per_tok) return;
@@ -398,6 +417,7 @@ extern "C" __global__ void __launch_bounds__(128, LAYA_ATT_BLOCKS)
 attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* __restrict__ v, int ld,
               f16* __restrict__ out, int out_ld, const int* __restrict__ tiles,
               const int* __restrict__ tok_start, const int* __restrict__ tok_end, int window, float scale) {
+    pdl_release();
     __shared__ __align__(16) f16 sq[BQ * SROW];
     __shared__ __align__(16) f16 sk[2][BK * SROW];
     __shared__ __align__(16) f16 sv[2][BK * SROW];
@@ -604,6 +624,7 @@ attention_rows(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_to
                const int* __restrict__ tok_start, const int* __restrict__ tok_end, const int* __restrict__ tok_pos,
                const float* __restrict__ rope_cos, const float* __restrict__ rope_sin, int window, int n, int heads,
                float scale) {
+    pdl_release();
     __shared__ float part[4][65];
     __shared__ float wmax[4];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -675,6 +696,7 @@ attention_sel(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_tok
               const int* __restrict__ tok_start, const int* __restrict__ tok_end,
               const int* __restrict__ row_sel, const int* __restrict__ row_nmark, const int* __restrict__ nrows,
               int n, int heads, float scale) {
+    pdl_release();
     __shared__ float ps[SEL_CHUNK];
     __shared__ float red[4];
     __shared__ float part[16][65];
@@ -926,10 +948,30 @@ __device__ __forceinline__ void wgmma_n64(float* d, unsigned long long a, unsign
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(a), "l"(b), "r"(acc));
 }
+__device__ __forceinline__ void wgmma_n128(float* d, unsigned long long a, unsigned long long b, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(acc));
+}
 template <int BN>
 __device__ __forceinline__ void wgmma_step(float* d, unsigned long long a, unsigned long long b, int acc) {
     if constexpr (BN == 32) wgmma_n32(d, a, b, acc);
     if constexpr (BN == 64) wgmma_n64(d, a, b, acc);
+    if constexpr (BN == 128) wgmma_n128(d, a, b, acc);
 }
 
 // Queues the copies of one stage: rows [m0, m0 + 64) of x and [n0, n0 + BN) of w, halves
@@ -973,11 +1015,102 @@ __device__ __forceinline__ void wg_load(u32 sa, u32 sb, const f16* __restrict__ 
 // rotated as rope_qk rotates it, at the row's position `pos[row]` in the tables `rc`, `rs`.
 #define WG_ROPE 6
 
+// Writes a warpgroup's accumulators (rows [m0, m0 + 64) × the block's outputs from n0) as
+// `kind` has it. Accumulator i of a thread: row warp·16 + lane/4 (+ 8 for i % 4 ≥ 2), column
+// (i / 4)·8 + (lane % 4)·2 (+ 1 for odd i), `warp` counted within the warpgroup.
+template <int BN>
+__device__ __forceinline__ void wg_epilogue(const float* d, const void* __restrict__ bias, void* __restrict__ y,
+                                            int m, int n, int m0, int n0, int kind, int aux,
+                                            const int* __restrict__ pos, const float* __restrict__ rc,
+                                            const float* __restrict__ rs, int warp, int lane) {
+    const int r0 = m0 + warp * 16 + (lane >> 2);
+    if (kind == WG_GEGLU) {
+        // Column c's up value is accumulator group i + BN/16 of the same thread.
+#pragma unroll
+        for (int i = 0; i < BN / 16; ++i) {
+            const int col = n0 + i * 8 + (lane & 3) * 2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = r0 + h * 8;
+                if (row >= m) continue;
+                const int gi = i * 4 + h * 2, ui = (i + BN / 16) * 4 + h * 2;
+                const u32 a = pack2(d[gi], d[gi + 1]), b = pack2(d[ui], d[ui + 1]);
+                *reinterpret_cast<u32*>(static_cast<f16*>(y) + (size_t)row * n + col) =
+                    pack2(gelu_erf(lo_f(a)) * lo_f(b), gelu_erf(hi_f(a)) * hi_f(b));
+            }
+        }
+        return;
+    }
+    if (kind == WG_ROPE && n0 < aux) {
+        // Each 64 outputs are a head; its dims c and c + 32 are accumulator groups i and i + 4
+        // of one thread.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = r0 + h * 8;
+            if (row >= m) continue;
+            const float* c = rc + pos[row] * 32;
+            const float* sn = rs + pos[row] * 32;
+#pragma unroll
+            for (int hd = 0; hd < BN / 64; ++hd)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int dim = i * 8 + (lane & 3) * 2;
+                    const int lo = (hd * 8 + i) * 4 + h * 2, hi = lo + 16;
+                    const u32 a = pack2(d[lo], d[lo + 1]), b = pack2(d[hi], d[hi + 1]);
+                    float a0 = lo_f(a), a1 = hi_f(a), b0 = lo_f(b), b1 = hi_f(b);
+                    rope_pair(a0, b0, c[dim], sn[dim]);
+                    rope_pair(a1, b1, c[dim + 1], sn[dim + 1]);
+                    f16* out = static_cast<f16*>(y) + (size_t)row * n + n0 + hd * 64 + dim;
+                    *reinterpret_cast<u32*>(out) = pack2(a0, a1);
+                    *reinterpret_cast<u32*>(out + 32) = pack2(b0, b1);
+                }
+        }
+        return;
+    }
+    // The value third of a RoPE GEMM is written as it is.
+    if (kind == WG_ROPE) kind = WG_HALF;
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+        const int col = n0 + i * 8 + (lane & 3) * 2;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = r0 + h * 8;
+            if (row >= m) continue;
+            float v0 = d[i * 4 + h * 2], v1 = d[i * 4 + h * 2 + 1];
+            const size_t at = (size_t)row * n + col;
+            if (kind <= WG_HALF_RELU_BIAS) {
+                if (kind != WG_HALF) {
+                    const u32 bb = *reinterpret_cast<const u32*>(static_cast<const f16*>(bias) + col);
+                    v0 += lo_f(bb);
+                    v1 += hi_f(bb);
+                    if (kind == WG_HALF_RELU_BIAS) {
+                        v0 = fmaxf(v0, 0.f);
+                        v1 = fmaxf(v1, 0.f);
+                    }
+                }
+                *reinterpret_cast<u32*>(static_cast<f16*>(y) + at) = pack2(v0, v1);
+            } else {
+                if (kind == WG_RESIDUAL_BIAS) {
+                    const float2 bb = *reinterpret_cast<const float2*>(static_cast<const float*>(bias) + col);
+                    v0 += bb.x;
+                    v1 += bb.y;
+                }
+                float2* p = reinterpret_cast<float2*>(static_cast<float*>(y) + at);
+                float2 o = *p;
+                o.x = v0 + o.x;
+                o.y = v1 + o.y;
+                *p = o;
+            }
+        }
+    }
+}
+
 template <int BN, int ST>
 __device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __restrict__ w,
                                         const void* __restrict__ bias, void* __restrict__ y, int m, int n, int k,
                                         int kind, int aux, const int* __restrict__ pos,
                                         const float* __restrict__ rc, const float* __restrict__ rs) {
+    pdl_release();
     extern __shared__ unsigned char wg_smem[];
     const int up = kind == WG_GEGLU ? aux : 0;
     constexpr u32 A_BYTES = WG_BM * 128, STAGE = (WG_BM + BN) * 128;
@@ -1021,86 +1154,7 @@ __device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __
     // The accumulators are read only after the wait above.
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
-
-    // Accumulator i of a thread: row warp·16 + lane/4 (+ 8 for i % 4 ≥ 2), column
-    // (i / 4)·8 + (lane % 4)·2 (+ 1 for odd i).
-    const int r0 = m0 + warp * 16 + (lane >> 2);
-    if (kind == WG_GEGLU) {
-        // Column c's up value is accumulator group i + BN/16 of the same thread.
-#pragma unroll
-        for (int i = 0; i < BN / 16; ++i) {
-            const int col = n0 + i * 8 + (lane & 3) * 2;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = r0 + h * 8;
-                if (row >= m) continue;
-                const int gi = i * 4 + h * 2, ui = (i + BN / 16) * 4 + h * 2;
-                const u32 a = pack2(d[gi], d[gi + 1]), b = pack2(d[ui], d[ui + 1]);
-                *reinterpret_cast<u32*>(static_cast<f16*>(y) + (size_t)row * n + col) =
-                    pack2(gelu_erf(lo_f(a)) * lo_f(b), gelu_erf(hi_f(a)) * hi_f(b));
-            }
-        }
-        return;
-    }
-    if (kind == WG_ROPE && n0 < aux) {
-        // A head's dims c and c + 32 are accumulator groups i and i + BN/16 of one thread.
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = r0 + h * 8;
-            if (row >= m) continue;
-            const float* c = rc + pos[row] * 32;
-            const float* sn = rs + pos[row] * 32;
-#pragma unroll
-            for (int i = 0; i < BN / 16; ++i) {
-                const int dim = i * 8 + (lane & 3) * 2;
-                const int lo = i * 4 + h * 2, hi = (i + BN / 16) * 4 + h * 2;
-                const u32 a = pack2(d[lo], d[lo + 1]), b = pack2(d[hi], d[hi + 1]);
-                float a0 = lo_f(a), a1 = hi_f(a), b0 = lo_f(b), b1 = hi_f(b);
-                rope_pair(a0, b0, c[dim], sn[dim]);
-                rope_pair(a1, b1, c[dim + 1], sn[dim + 1]);
-                f16* out = static_cast<f16*>(y) + (size_t)row * n + n0 + dim;
-                *reinterpret_cast<u32*>(out) = pack2(a0, a1);
-                *reinterpret_cast<u32*>(out + BN / 2) = pack2(b0, b1);
-            }
-        }
-        return;
-    }
-    // The value third of a RoPE GEMM is written as it is.
-    if (kind == WG_ROPE) kind = WG_HALF;
-#pragma unroll
-    for (int i = 0; i < BN / 8; ++i) {
-        const int col = n0 + i * 8 + (lane & 3) * 2;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = r0 + h * 8;
-            if (row >= m) continue;
-            float v0 = d[i * 4 + h * 2], v1 = d[i * 4 + h * 2 + 1];
-            const size_t at = (size_t)row * n + col;
-            if (kind <= WG_HALF_RELU_BIAS) {
-                if (kind != WG_HALF) {
-                    const u32 bb = *reinterpret_cast<const u32*>(static_cast<const f16*>(bias) + col);
-                    v0 += lo_f(bb);
-                    v1 += hi_f(bb);
-                    if (kind == WG_HALF_RELU_BIAS) {
-                        v0 = fmaxf(v0, 0.f);
-                        v1 = fmaxf(v1, 0.f);
-                    }
-                }
-                *reinterpret_cast<u32*>(static_cast<f16*>(y) + at) = pack2(v0, v1);
-            } else {
-                if (kind == WG_RESIDUAL_BIAS) {
-                    const float2 bb = *reinterpret_cast<const float2*>(static_cast<const float*>(bias) + col);
-                    v0 += bb.x;
-                    v1 += bb.y;
-                }
-                float2* p = reinterpret_cast<float2*>(static_cast<float*>(y) + at);
-                float2 o = *p;
-                o.x = v0 + o.x;
-                o.y = v1 + o.y;
-                *p = o;
-            }
-        }
-    }
+    wg_epilogue<BN>(d, bias, y, m, n, m0, n0, kind, aux, pos, rc, rs, warp, lane);
 }
 
 // Stages per width: as many as leave two blocks a multiprocessor (three for the narrower)
@@ -1116,6 +1170,174 @@ gemm_wg_n64(const f16* __restrict__ x, const f16* __restrict__ w, const void* __
             void* __restrict__ y, int m, int n, int k, int kind, int aux, const int* __restrict__ pos,
             const float* __restrict__ rc, const float* __restrict__ rs) {
     gemm_wg<64, 6>(x, w, bias, y, m, n, k, kind, aux, pos, rc, rs);
+}
+
+// ---------------------------------------------------------------------------------------
+// gemm_tma: the same sums as gemm_wg (one accumulator an output, wgmma k16 steps in
+// ascending k, the same epilogue), fed by the Tensor Memory Accelerator. gemm_wg's own
+// threads copied each stage and met at a block-wide barrier every k step, with the step's
+// products drained before the next copy: Nsight Compute found it waiting on latency, not
+// bandwidth. Here one producer warp asks TMA for whole tiles, already in the 128-byte
+// swizzle, against an mbarrier per stage ("full": the bytes have landed), and each consumer
+// warpgroup releases a stage ("empty") once its products of that stage are done, one step
+// behind, so a step's products overlap the next step's wait. WGS consumer warpgroups share
+// the weight tile: a block is 64·WGS rows × BN outputs. Launched dependent on the kernel
+// before it (wgmma.rs), the producer fetches the first stages' weights before pdl_wait.
+
+// A tensor map as cuTensorMapEncodeTiled writes it, passed by value.
+struct __align__(64) TmaMap {
+    unsigned long long v[16];
+};
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrives once and expects `bytes` more of asynchronous copies to land on `bar`.
+__device__ __forceinline__ void mbar_expect(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Waits for the phase of `bar` whose parity is `parity` to complete.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+// Copies the box of `map` at (column c0, row c1) into shared memory at `dst`, counted on `bar`.
+__device__ __forceinline__ void tma_load(u32 dst, const TmaMap* map, u32 bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1)
+        : "memory");
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// `ta`: x, boxes of 64 halves × 64·WGS rows; `tb`: w, boxes of 64 halves × BN rows (BN/2 with
+// GeGLU, whose gate rows start at n0 and up rows at aux + n0). Persistent: the grid is as
+// many blocks as the GPU holds at once, and a block computes every gridDim.x-th output tile
+// from blockIdx.x (numbered row-tile-major, n tiles a row tile), its producer fetching the
+// next tile's first stages while the consumers write the last one's outputs.
+template <int BN, int WGS, int ST>
+__device__ __forceinline__ void gemm_tma(const TmaMap& ta, const TmaMap& tb, const void* __restrict__ bias,
+                                         void* __restrict__ y, int m, int n, int k, int kind, int aux,
+                                         const int* __restrict__ pos, const float* __restrict__ rc,
+                                         const float* __restrict__ rs) {
+    pdl_release();
+    extern __shared__ unsigned char wg_smem[];
+    constexpr int BM = WG_BM * WGS;
+    constexpr u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
+    // Tiles start on the swizzle's 1024-byte period (the launch asks for 1 KB more); the
+    // barriers follow the stages: full[ST], then empty[ST].
+    const u32 base = (smem_addr(wg_smem) + 1023u) & ~1023u;
+    const u32 full = base + ST * STAGE, empty = full + ST * 8;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const bool geglu = kind == WG_GEGLU;
+    // Outputs a tile covers (with GeGLU, BN/2 output columns from BN weight rows).
+    const int tn = geglu ? BN / 2 : BN;
+    const int n_tiles = n / tn, total = n_tiles * ((m + BM - 1) / BM);
+    const int first = blockIdx.x, stride = gridDim.x;
+    const int tiles = k / WG_BK;
+
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < ST; ++s) {
+            mbar_init(full + s * 8, 1);
+            mbar_init(empty + s * 8, 4 * WGS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == 4 * WGS) {
+        if (lane != 0) return;
+        const auto load_w = [&](int s, int kt, int n0) {
+            const u32 sb = base + s * STAGE + A_BYTES, bar = full + s * 8;
+            if (geglu) {
+                tma_load(sb, &tb, bar, kt * WG_BK, n0);
+                tma_load(sb + BN / 2 * 128, &tb, bar, kt * WG_BK, aux + n0);
+            } else {
+                tma_load(sb, &tb, bar, kt * WG_BK, n0);
+            }
+        };
+        const auto load_x = [&](int s, int kt, int m0) {
+            tma_load(base + s * STAGE, &ta, full + s * 8, kt * WG_BK, m0);
+        };
+        // The weights never depend on the kernel before; the activations do: the first
+        // tile's first stages ask for their weights before waiting for it.
+        const int pre = tiles < ST ? tiles : ST;
+        if (first < total) {
+            const int m0 = first / n_tiles * BM, n0 = first % n_tiles * tn;
+            for (int kt = 0; kt < pre; ++kt) {
+                mbar_expect(full + kt * 8, STAGE);
+                load_w(kt, kt, n0);
+            }
+            pdl_wait();
+            for (int kt = 0; kt < pre; ++kt) load_x(kt, kt, m0);
+        }
+        // g: the k step counted over every tile of this block, which picks the stage.
+        int g = 0;
+        for (int t = first; t < total; t += stride) {
+            const int m0 = t / n_tiles * BM, n0 = t % n_tiles * tn;
+            for (int kt = 0; kt < tiles; ++kt, ++g) {
+                if (g < pre) continue;
+                const int s = g % ST;
+                mbar_wait(empty + s * 8, ((g / ST) - 1) & 1);
+                mbar_expect(full + s * 8, STAGE);
+                load_w(s, kt, n0);
+                load_x(s, kt, m0);
+            }
+        }
+        return;
+    }
+
+    const int wg = warp >> 2;
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+    int g = 0;
+    for (int t = first; t < total; t += stride) {
+        const int m0 = t / n_tiles * BM, n0 = t % n_tiles * tn;
+        for (int kt = 0; kt < tiles; ++kt, ++g) {
+            const int s = g % ST;
+            mbar_wait(full + s * 8, (g / ST) & 1);
+            const u32 sa = base + s * STAGE + wg * WG_BM * 128, sb = base + s * STAGE + A_BYTES;
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < WG_BK / 16; ++j) wgmma_step<BN>(d, wg_desc(sa + j * 32), wg_desc(sb + j * 32), kt | j);
+            wg_commit();
+            // The step before this one is done: its stage may be refilled.
+            wg_wait<1>();
+            if (kt > 0 && lane == 0) mbar_arrive(empty + ((g - 1) % ST) * 8);
+        }
+        wg_wait<0>();
+        // And this tile's last stage.
+        if (lane == 0) mbar_arrive(empty + ((g - 1) % ST) * 8);
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+        // The residual kinds read y, which the kernel before may have written.
+        pdl_wait();
+        wg_epilogue<BN>(d, bias, y, m, n, m0 + wg * WG_BM, n0, kind, aux, pos, rc, rs, warp & 3, lane);
+    }
+}
+
+// 128 rows (two consumer warpgroups) × 128 outputs in 4 stages, one block a multiprocessor
+// (wgmma.rs's `Tile::TmaM128N128`). Measured and dropped: 3 stages and two blocks a
+// multiprocessor (their registers capped at 96 spill), 6 stages, and 128 × 256 outputs.
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm_tma_m128_n128(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb,
+                   const void* __restrict__ bias, void* __restrict__ y, int m, int n, int k, int kind, int aux,
+                   const int* __restrict__ pos, const float* __restrict__ rc, const float* __restrict__ rs) {
+    gemm_tma<128, 2, 4>(ta, tb, bias, y, m, n, k, kind, aux, pos, rc, rs);
 }
 #endif  // LAYA_WGMMA
 

@@ -2,38 +2,81 @@
 //! passes may run instead of cuBLASLt's. cuBLASLt's kernel for a layer is pinned for batch
 //! invariance and suits hundreds of rows and more; on the ~200 rows of one short request it
 //! leaves most multiprocessors idle. `gemm_wg` gives each block 64 rows and 32 or 64 outputs,
-//! so such a pass covers the GPU. With `CudaSettings::gemm_own` on, [`crate::gemm`] times it
-//! beside cuBLASLt's candidates and takes it for a pass only where it gives the cuBLASLt bits
-//! of that layer, so answers never depend on which kernel ran. Its epilogue can also do the
-//! step after the GEMM ([`Then`]: the MLP's GeGLU, RoPE on the attention's queries and
-//! keys), sparing that step's kernel where [`crate::gemm::Blas::run_then`] finds it faster
-//! and of the same bits.
+//! so such a pass covers the GPU; for longer passes `gemm_tma` ([`Tile::TmaM128N128`]) is a
+//! persistent form fed by the Tensor Memory Accelerator. With `CudaSettings::gemm_own` on,
+//! [`crate::gemm`] times every form beside cuBLASLt's candidates and takes one for a pass
+//! only where it gives the cuBLASLt bits of that layer, so answers never depend on which
+//! kernel ran. The epilogue can also do the step after the GEMM ([`Then`]: the MLP's GeGLU,
+//! RoPE on the attention's queries and keys), sparing that step's kernel where
+//! [`crate::gemm::Blas::run_then`] finds it faster and of the same bits.
 
 use cudarc::driver::sys::{CUfunction, CUstream};
 
 use crate::error::CudaError;
 use crate::gemm::{Gemm, Kind, Then, HEAD_DIM};
-use crate::gpu::{Args, Module};
+use crate::gpu::{self, Args, Module, TensorMap};
 
-/// `gemm_wg`'s widths: the outputs a block computes (its rows are always [`Tile::ROWS`]).
+/// `gemm_wg`'s forms: the rows and outputs a block computes, and how its stages are filled.
+/// `N32` and `N64` (64 rows) copy them with the block's own threads (`cp.async`), one block
+/// a tile. `TmaM128N128` (`gemm_tma` in kernels.cu) has a producer warp ask the Tensor Memory
+/// Accelerator for them, is persistent (a grid of as many blocks as the GPU holds, each
+/// walking its share of the tiles) and is launched as a programmatic dependent of the
+/// kernel before, so that it fetches its first weights while that kernel finishes. Every
+/// form adds up an output in the same order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tile {
     N32,
     N64,
+    TmaM128N128,
 }
 
 impl Tile {
-    pub const ALL: [Tile; 2] = [Tile::N32, Tile::N64];
-    const ROWS: usize = 64;
+    pub const ALL: [Tile; 3] = [Tile::N32, Tile::N64, Tile::TmaM128N128];
     /// The k slice one stage holds (one 128-byte row a matrix row); `k` must be a multiple.
     const K: usize = 64;
-    /// The stages of either width's kernel (`kernels.cu`'s `gemm_wg<BN, ST>`).
-    const STAGES: usize = 6;
 
-    fn outputs(self) -> usize {
+    /// Rows a block computes (64 a consumer warpgroup).
+    pub fn rows(self) -> usize {
+        match self {
+            Tile::N32 | Tile::N64 => 64,
+            Tile::TmaM128N128 => 128,
+        }
+    }
+
+    /// Outputs a block computes.
+    pub fn outputs(self) -> usize {
         match self {
             Tile::N32 => 32,
             Tile::N64 => 64,
+            Tile::TmaM128N128 => 128,
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Tile::N32 => 0,
+            Tile::N64 => 1,
+            Tile::TmaM128N128 => 2,
+        }
+    }
+
+    fn tma(self) -> bool {
+        self == Tile::TmaM128N128
+    }
+
+    /// The stages in flight (kernels.cu's template arguments).
+    fn stages(self) -> usize {
+        match self {
+            Tile::N32 | Tile::N64 => 6,
+            Tile::TmaM128N128 => 4,
+        }
+    }
+
+    fn threads(self) -> u32 {
+        match self {
+            Tile::N32 | Tile::N64 => 128,
+            // Two consumer warpgroups and the producer warp.
+            Tile::TmaM128N128 => 2 * 128 + 32,
         }
     }
 
@@ -41,29 +84,40 @@ impl Tile {
         match self {
             Tile::N32 => "gemm_wg_n32",
             Tile::N64 => "gemm_wg_n64",
+            Tile::TmaM128N128 => "gemm_tma_m128_n128",
         }
     }
 
-    /// Dynamic shared memory a block: the stages, each a k slice of both operands, and 1 KB
-    /// to align them to the swizzle's period.
+    /// Dynamic shared memory a block: the stages, each a k slice of both operands, 1 KB to
+    /// align them to the swizzle's period, and the TMA form's two barriers a stage.
     fn shared_bytes(self) -> usize {
-        (Tile::ROWS + self.outputs()) * Tile::K * 2 * Tile::STAGES + 1024
+        let barriers = if self.tma() { self.stages() * 16 } else { 0 };
+        (self.rows() + self.outputs()) * Tile::K * 2 * self.stages() + 1024 + barriers
     }
 }
 
 /// The loaded `gemm_wg` kernels, one per [`Tile`].
 #[derive(Debug, Clone, Copy)]
 pub struct WgKernels {
-    functions: [CUfunction; 2],
+    functions: [CUfunction; Tile::ALL.len()],
+    /// Blocks of each form the GPU holds at once: the persistent form's grid.
+    resident: [u32; Tile::ALL.len()],
 }
 
 impl WgKernels {
     /// The kernels of `module`, which must have been compiled with them
     /// ([`crate::compile::has_wgmma`]).
     pub fn load(module: &Module) -> Result<WgKernels, CudaError> {
-        let f = |t: Tile| module.function_dynamic_shared(t.kernel(), t.shared_bytes());
+        let mut functions = [std::ptr::null_mut(); Tile::ALL.len()];
+        let mut resident = [0; Tile::ALL.len()];
+        let sms = gpu::multiprocessors()?;
+        for ((f, r), t) in functions.iter_mut().zip(&mut resident).zip(Tile::ALL) {
+            *f = module.function_dynamic_shared(t.kernel(), t.shared_bytes())?;
+            *r = sms * gpu::blocks_per_multiprocessor(*f, t.threads(), t.shared_bytes())?;
+        }
         Ok(WgKernels {
-            functions: [f(Tile::N32)?, f(Tile::N64)?],
+            functions,
+            resident,
         })
     }
 
@@ -109,9 +163,12 @@ impl WgKernels {
             Then::GeGlu { g: out, .. } => {
                 plain && (g.out / 2).is_multiple_of(tile.outputs() / 2) && out.is_multiple_of(8)
             }
-            // A block is one whole head of q, k or v.
+            // A block is whole heads, all of q and k or all of v.
             Then::Rope { .. } => {
-                plain && tile.outputs() == HEAD_DIM && g.out.is_multiple_of(3 * HEAD_DIM)
+                plain
+                    && tile.outputs().is_multiple_of(HEAD_DIM)
+                    && g.out.is_multiple_of(3 * HEAD_DIM)
+                    && (g.out / 3 * 2).is_multiple_of(tile.outputs())
             }
         }
     }
@@ -162,10 +219,33 @@ impl WgKernels {
         [pos, rc, rs]: [u64; 3],
         stream: CUstream,
     ) -> Result<(), CudaError> {
-        let grid = (blocks as u32, g.tokens.div_ceil(Tile::ROWS) as u32, 1);
-        Args::new()
-            .ptr(g.x)
-            .ptr(g.w)
+        let row_tiles = g.tokens.div_ceil(tile.rows()) as u32;
+        let grid = if tile.tma() {
+            let tiles = blocks as u32 * row_tiles;
+            (tiles.min(self.resident[tile.index()]).max(1), 1, 1)
+        } else {
+            (blocks as u32, row_tiles, 1)
+        };
+        let (f, threads, shared) = (
+            self.function(tile),
+            tile.threads(),
+            tile.shared_bytes() as u32,
+        );
+        let args = if tile.tma() {
+            // GeGLU's blocks take half their weight rows from the gate half and half from the
+            // up half, as two boxes.
+            let w_box = if kind == GEGLU_CODE {
+                tile.outputs() / 2
+            } else {
+                tile.outputs()
+            };
+            let x = TensorMap::f16_rows(g.x, g.tokens, g.inp, tile.rows() as u32)?;
+            let w = TensorMap::f16_rows(g.w, g.out, g.inp, w_box as u32)?;
+            Args::new().map(&x).map(&w)
+        } else {
+            Args::new().ptr(g.x).ptr(g.w)
+        };
+        let args = args
             .ptr(g.bias)
             .ptr(y)
             .i32(g.tokens as i32)
@@ -175,21 +255,16 @@ impl WgKernels {
             .i32(aux as i32)
             .ptr(pos)
             .ptr(rc)
-            .ptr(rs)
-            .launch(
-                self.function(tile),
-                grid,
-                128,
-                tile.shared_bytes() as u32,
-                stream,
-            )
+            .ptr(rs);
+        if tile.tma() {
+            args.launch_dependent(f, grid, threads, shared, stream)
+        } else {
+            args.launch(f, grid, threads, shared, stream)
+        }
     }
 
     fn function(&self, tile: Tile) -> CUfunction {
-        match tile {
-            Tile::N32 => self.functions[0],
-            Tile::N64 => self.functions[1],
-        }
+        self.functions[tile.index()]
     }
 }
 
@@ -202,12 +277,18 @@ mod tests {
     use super::*;
 
     /// Hopper gives a multiprocessor 228 KB of shared memory, 1 KB of it reserved per block:
-    /// the narrow kernel's stages must leave room for three blocks, the wide one's for two,
-    /// or a short pass's blocks run in more waves than the widths were chosen for.
+    /// each form's stages must leave room for the blocks a multiprocessor was meant to hold
+    /// (three of the narrowest, one of the persistent form), or a short pass's blocks run in
+    /// more waves than the forms were chosen for.
     #[test]
     fn stages_leave_room_for_their_blocks() {
         let per_sm = 228 * 1024;
-        for (tile, blocks) in [(Tile::N32, 3), (Tile::N64, 2)] {
+        for tile in Tile::ALL {
+            let blocks = match tile {
+                Tile::N32 => 3,
+                Tile::TmaM128N128 => 1,
+                _ => 2,
+            };
             let need = blocks * (tile.shared_bytes() + 1024);
             assert!(need <= per_sm, "{tile:?}: {need} bytes for {blocks} blocks");
         }
