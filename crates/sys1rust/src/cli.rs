@@ -230,9 +230,9 @@ pub struct EngineArgs {
         hide = true
     )]
     pub cuda_gemm_small_tokens: usize,
-    /// CUDA engine: on Hopper, short passes may also take our own GEMM kernel, alone or with
-    /// GeGLU or RoPE in its epilogue, where it gives the same bits as cuBLASLt's kernel and
-    /// the separate step and is faster (off by default: no faster yet).
+    /// CUDA engine: on Hopper, passes may also take our own GEMM kernels, alone or with
+    /// GeGLU or RoPE in their epilogue, where they give the same bits as cuBLASLt's kernel and
+    /// the separate step and are faster (off by default: no faster yet).
     #[arg(long, env = "SYS1_CUDA_GEMM_OWN", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true", hide = true)]
     pub cuda_gemm_own: bool,
     /// Persistent directory for compiled GPU kernels (serve's --kernel-cache).
