@@ -1330,14 +1330,24 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& ta, const TmaMap& tb, con
     }
 }
 
-// 128 rows (two consumer warpgroups) × 128 outputs in 4 stages, one block a multiprocessor
-// (wgmma.rs's `Tile::TmaM128N128`). Measured and dropped: 3 stages and two blocks a
-// multiprocessor (their registers capped at 96 spill), 6 stages, and 128 × 256 outputs.
+// Forms (wgmma.rs's `Tile`), 128 outputs in 4 stages, one block a multiprocessor: 128 rows
+// (two consumer warpgroups) and 192 (three). Nsight Compute found the 128-row form bound by
+// the L2 cache's bandwidth (every block reads its weight tile once per row tile); 192 rows
+// read each weight tile a third fewer times. 256 rows (four warpgroups) would leave 96
+// registers a thread (17 warps over four schedulers) and spill. Measured and dropped: 3
+// stages and two blocks a multiprocessor (registers capped at 96, spilling), 6 stages, and
+// 128 × 256 outputs.
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm_tma_m128_n128(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb,
                    const void* __restrict__ bias, void* __restrict__ y, int m, int n, int k, int kind, int aux,
                    const int* __restrict__ pos, const float* __restrict__ rc, const float* __restrict__ rs) {
     gemm_tma<128, 2, 4>(ta, tb, bias, y, m, n, k, kind, aux, pos, rc, rs);
+}
+extern "C" __global__ void __launch_bounds__(416, 1)
+gemm_tma_m192_n128(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb,
+                   const void* __restrict__ bias, void* __restrict__ y, int m, int n, int k, int kind, int aux,
+                   const int* __restrict__ pos, const float* __restrict__ rc, const float* __restrict__ rs) {
+    gemm_tma<128, 3, 4>(ta, tb, bias, y, m, n, k, kind, aux, pos, rc, rs);
 }
 #endif  // LAYA_WGMMA
 

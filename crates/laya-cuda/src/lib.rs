@@ -7,8 +7,9 @@
 //! - [`compile`]: the fused kernels of `kernels.cu`, compiled by NVRTC for the GPU at hand
 //!   and cached on disk.
 //! - [`gemm`]: the linear layers through cuBLASLt, bias/ReLU/residual in the epilogue;
-//!   [`wgmma`]: our own Hopper GEMM kernel, which short passes take where it gives the same
-//!   bits, alone or with GeGLU or RoPE in its epilogue.
+//!   [`wgmma`]: our own Hopper GEMM kernels (`gemm_wg`, and `gemm_tma` fed by TMA), which
+//!   passes take where they give the same bits and are faster, alone or with GeGLU or RoPE
+//!   in their epilogue.
 //! - [`batch`]: rows packed back to back into fixed-size buckets, one CUDA graph per bucket.
 //! - [`weights`], [`engine`]: the checkpoint on the GPU and the forward pass.
 //!

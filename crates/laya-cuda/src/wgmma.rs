@@ -2,13 +2,13 @@
 //! passes may run instead of cuBLASLt's. cuBLASLt's kernel for a layer is pinned for batch
 //! invariance and suits hundreds of rows and more; on the ~200 rows of one short request it
 //! leaves most multiprocessors idle. `gemm_wg` gives each block 64 rows and 32 or 64 outputs,
-//! so such a pass covers the GPU; for longer passes `gemm_tma` ([`Tile::TmaM128N128`]) is a
-//! persistent form fed by the Tensor Memory Accelerator. With `CudaSettings::gemm_own` on,
-//! [`crate::gemm`] times every form beside cuBLASLt's candidates and takes one for a pass
-//! only where it gives the cuBLASLt bits of that layer, so answers never depend on which
-//! kernel ran. The epilogue can also do the step after the GEMM ([`Then`]: the MLP's GeGLU,
-//! RoPE on the attention's queries and keys), sparing that step's kernel where
-//! [`crate::gemm::Blas::run_then`] finds it faster and of the same bits.
+//! so such a pass covers the GPU; for longer passes `gemm_tma` ([`Tile::TmaM128N128`],
+//! [`Tile::TmaM192N128`]) is persistent and fed by the Tensor Memory Accelerator. With
+//! `CudaSettings::gemm_own` on, [`crate::gemm`] times every form beside cuBLASLt's
+//! candidates and takes one for a pass only where it gives the cuBLASLt bits of that layer,
+//! so answers never depend on which kernel ran. The epilogue can also do the step after the
+//! GEMM ([`Then`]: the MLP's GeGLU, RoPE on the attention's queries and keys), sparing that
+//! step's kernel where [`crate::gemm::Blas::run_then`] finds it faster and of the same bits.
 
 use cudarc::driver::sys::{CUfunction, CUstream};
 
@@ -18,20 +18,21 @@ use crate::gpu::{self, Args, Module, TensorMap};
 
 /// `gemm_wg`'s forms: the rows and outputs a block computes, and how its stages are filled.
 /// `N32` and `N64` (64 rows) copy them with the block's own threads (`cp.async`), one block
-/// a tile. `TmaM128N128` (`gemm_tma` in kernels.cu) has a producer warp ask the Tensor Memory
-/// Accelerator for them, is persistent (a grid of as many blocks as the GPU holds, each
-/// walking its share of the tiles) and is launched as a programmatic dependent of the
-/// kernel before, so that it fetches its first weights while that kernel finishes. Every
-/// form adds up an output in the same order.
+/// a tile. The `Tma*` forms (`gemm_tma` in kernels.cu), 128 or 192 rows × 128 outputs, have
+/// a producer warp ask the Tensor Memory Accelerator for them, are persistent (a grid of as
+/// many blocks as the GPU holds, each walking its share of the tiles) and are launched as
+/// programmatic dependents of the kernel before, so that they fetch their first weights
+/// while that kernel finishes. Every form adds up an output in the same order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tile {
     N32,
     N64,
     TmaM128N128,
+    TmaM192N128,
 }
 
 impl Tile {
-    pub const ALL: [Tile; 3] = [Tile::N32, Tile::N64, Tile::TmaM128N128];
+    pub const ALL: [Tile; 4] = [Tile::N32, Tile::N64, Tile::TmaM128N128, Tile::TmaM192N128];
     /// The k slice one stage holds (one 128-byte row a matrix row); `k` must be a multiple.
     const K: usize = 64;
 
@@ -40,6 +41,7 @@ impl Tile {
         match self {
             Tile::N32 | Tile::N64 => 64,
             Tile::TmaM128N128 => 128,
+            Tile::TmaM192N128 => 192,
         }
     }
 
@@ -48,7 +50,7 @@ impl Tile {
         match self {
             Tile::N32 => 32,
             Tile::N64 => 64,
-            Tile::TmaM128N128 => 128,
+            Tile::TmaM128N128 | Tile::TmaM192N128 => 128,
         }
     }
 
@@ -57,26 +59,27 @@ impl Tile {
             Tile::N32 => 0,
             Tile::N64 => 1,
             Tile::TmaM128N128 => 2,
+            Tile::TmaM192N128 => 3,
         }
     }
 
     fn tma(self) -> bool {
-        self == Tile::TmaM128N128
+        matches!(self, Tile::TmaM128N128 | Tile::TmaM192N128)
     }
 
     /// The stages in flight (kernels.cu's template arguments).
     fn stages(self) -> usize {
         match self {
             Tile::N32 | Tile::N64 => 6,
-            Tile::TmaM128N128 => 4,
+            Tile::TmaM128N128 | Tile::TmaM192N128 => 4,
         }
     }
 
     fn threads(self) -> u32 {
         match self {
             Tile::N32 | Tile::N64 => 128,
-            // Two consumer warpgroups and the producer warp.
-            Tile::TmaM128N128 => 2 * 128 + 32,
+            // The consumer warpgroups and the producer warp.
+            Tile::TmaM128N128 | Tile::TmaM192N128 => (self.rows() / 64 * 128 + 32) as u32,
         }
     }
 
@@ -85,11 +88,12 @@ impl Tile {
             Tile::N32 => "gemm_wg_n32",
             Tile::N64 => "gemm_wg_n64",
             Tile::TmaM128N128 => "gemm_tma_m128_n128",
+            Tile::TmaM192N128 => "gemm_tma_m192_n128",
         }
     }
 
     /// Dynamic shared memory a block: the stages, each a k slice of both operands, 1 KB to
-    /// align them to the swizzle's period, and the TMA form's two barriers a stage.
+    /// align them to the swizzle's period, and the TMA forms' two barriers a stage.
     fn shared_bytes(self) -> usize {
         let barriers = if self.tma() { self.stages() * 16 } else { 0 };
         (self.rows() + self.outputs()) * Tile::K * 2 * self.stages() + 1024 + barriers
@@ -286,7 +290,7 @@ mod tests {
         for tile in Tile::ALL {
             let blocks = match tile {
                 Tile::N32 => 3,
-                Tile::TmaM128N128 => 1,
+                Tile::TmaM128N128 | Tile::TmaM192N128 => 1,
                 _ => 2,
             };
             let need = blocks * (tile.shared_bytes() + 1024);
