@@ -615,97 +615,38 @@ impl Args {
     /// Launches `f` on `stream` as a programmatic dependent of the work queued before it: it
     /// may start once every block of the kernel before has signalled (`pdl_release` in
     /// kernels.cu) and must itself wait (`pdl_wait`) before it reads what that kernel wrote.
-    /// With `cluster` > 1 its blocks run in clusters of that many neighbours along x (`grid.0`
-    /// a multiple of it), which share their shared memory.
     pub fn launch_dependent(
         mut self,
         f: sys::CUfunction,
         grid: (u32, u32, u32),
         block: u32,
         shared: u32,
-        cluster: u32,
         stream: sys::CUstream,
     ) -> Result<(), CudaError> {
         let mut params = self.pointers();
-        let mut attrs = [
-            launch_attribute_dependent(),
-            launch_attribute_cluster(cluster),
-        ];
-        let mut config = launch_config(grid, block, shared, stream, &mut attrs);
-        if cluster <= 1 {
-            config.numAttrs = 1;
-        }
-        // SAFETY: as `launch`; `config` and `attrs` outlive the call.
+        // SAFETY: a zeroed attribute value is a valid union; the one field set is the one the
+        // attribute's id names.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: as `launch`; `config` and `attr` outlive the call.
         unsafe {
             sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()).result()
         }
         .map_err(drv("cuLaunchKernelEx"))
     }
-}
-
-fn launch_attribute_dependent() -> sys::CUlaunchAttribute {
-    // SAFETY: a zeroed attribute value is a valid union; the one field set is the one the
-    // attribute's id names.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    attr
-}
-
-fn launch_attribute_cluster(cluster: u32) -> sys::CUlaunchAttribute {
-    // SAFETY: as `launch_attribute_dependent`.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cluster.max(1);
-    attr.value.clusterDim.y = 1;
-    attr.value.clusterDim.z = 1;
-    attr
-}
-
-fn launch_config(
-    grid: (u32, u32, u32),
-    block: u32,
-    shared: u32,
-    stream: sys::CUstream,
-    attrs: &mut [sys::CUlaunchAttribute],
-) -> sys::CUlaunchConfig {
-    sys::CUlaunchConfig {
-        gridDimX: grid.0,
-        gridDimY: grid.1,
-        gridDimZ: grid.2,
-        blockDimX: block,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: shared,
-        hStream: stream,
-        attrs: attrs.as_mut_ptr(),
-        numAttrs: attrs.len() as u32,
-    }
-}
-
-/// How many clusters of `cluster` blocks of `f` (of `threads` threads and `shared` bytes of
-/// dynamic shared memory) the GPU holds at once. A cluster's blocks share one group of
-/// multiprocessors, so this can be less than the blocks it holds over `cluster`.
-pub fn clusters_resident(
-    f: sys::CUfunction,
-    threads: u32,
-    shared: u32,
-    cluster: u32,
-) -> Result<u32, CudaError> {
-    let mut attrs = [launch_attribute_cluster(cluster)];
-    // The grid only has to be a multiple of the cluster; no stream is used.
-    let config = launch_config(
-        (cluster, 1, 1),
-        threads,
-        shared,
-        std::ptr::null_mut(),
-        &mut attrs,
-    );
-    let mut n = 0;
-    // SAFETY: a loaded kernel, a config whose attributes outlive the call, an out-parameter.
-    unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f, &config).result() }
-        .map_err(drv("cuOccupancyMaxActiveClusters"))?;
-    Ok(n.max(1) as u32)
 }
 
 /// An instantiated CUDA graph.

@@ -1217,197 +1217,138 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaMap* map, u32 bar, in
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1)
         : "memory");
 }
-// The same box into `dst` of every block of the cluster in `mask`, each counting it on its
-// own barrier at `bar`'s offset.
-__device__ __forceinline__ void tma_load_multicast(u32 dst, const TmaMap* map, u32 bar, int c0, int c1,
-                                                   unsigned short mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-        " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
-        : "memory");
-}
-// Arrives on the barrier at `bar`'s offset in block `rank` of this cluster (this block too).
-// The default semantics (release at the block's scope): what the arrival orders is this
-// block's tensor cores' reads of a stage, already complete, before the copies that refill
-// it. With release at the cluster's scope, both arrivals from one lane, a k step took
-// ~1.1 µs longer (results/GPU.md, fourteenth session).
-__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 rank) {
-    asm volatile(
-        "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [r];\n}\n" ::"r"(bar), "r"(rank)
-        : "memory");
-}
-__device__ __forceinline__ u32 cluster_rank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-// Every thread of every block of the cluster.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
 template <int N>
 __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-// `ta`: x, boxes of 64 halves × 64·WGS/CL rows; `tb`: w, boxes of 64 halves × BN rows (BN/2
-// with GeGLU, whose gate rows start at n0 and up rows at aux + n0). Persistent: the grid is
-// as many clusters of CL blocks as the GPU holds at once. The output tiles are numbered
-// row-tile-major, n tiles a row tile, in groups of CL neighbours; a cluster computes every
-// (gridDim.x/CL)-th group, its block of rank r the group's r-th tile, and the producer
-// fetches the next tile's first stages while the consumers write the last one's outputs.
-//
-// With CL = 2 the two blocks of a cluster share their rows' activation tile: each asks TMA
-// for half its rows and has them multicast to both, so the L2 cache serves that tile once a
-// cluster (the bound Nsight Compute found). A stage of either block is then written by both
-// producers, so each block's "empty" barrier counts the consumer warps of both, each
-// releasing a stage in every block of the cluster. A group past n's last tile (odd tile
-// counts) still fetches its share for its neighbour and writes nothing.
-template <int BN, int WGS, int ST, int CL>
+// `ta`: x, boxes of 64 halves × 64·WGS rows; `tb`: w, boxes of 64 halves × BN rows (BN/2 with
+// GeGLU, whose gate rows start at n0 and up rows at aux + n0). Persistent: the grid is as
+// many blocks as the GPU holds at once, and a block computes every gridDim.x-th output tile
+// from blockIdx.x (numbered row-tile-major, n tiles a row tile), its producer fetching the
+// next tile's first stages while the consumers write the last one's outputs.
+template <int BN, int WGS, int ST>
 __device__ __forceinline__ void gemm_tma(const TmaMap& ta, const TmaMap& tb, const void* __restrict__ bias,
                                          void* __restrict__ y, int m, int n, int k, int kind, int aux,
                                          const int* __restrict__ pos, const float* __restrict__ rc,
                                          const float* __restrict__ rs) {
     pdl_release();
     extern __shared__ unsigned char wg_smem[];
-    constexpr int BM = WG_BM * WGS, XM = BM / CL;
+    constexpr int BM = WG_BM * WGS;
     constexpr u32 A_BYTES = BM * 128, STAGE = (BM + BN) * 128;
     // Tiles start on the swizzle's 1024-byte period (the launch asks for 1 KB more); the
     // barriers follow the stages: full[ST], then empty[ST].
     const u32 base = (smem_addr(wg_smem) + 1023u) & ~1023u;
     const u32 full = base + ST * STAGE, empty = full + ST * 8;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int rank = CL > 1 ? (int)cluster_rank() : 0;
     const bool geglu = kind == WG_GEGLU;
     // Outputs a tile covers (with GeGLU, BN/2 output columns from BN weight rows).
     const int tn = geglu ? BN / 2 : BN;
-    const int n_tiles = n / tn, groups = (n_tiles + CL - 1) / CL, total = groups * ((m + BM - 1) / BM);
-    const int first = blockIdx.x / CL, stride = gridDim.x / CL;
+    const int n_tiles = n / tn, total = n_tiles * ((m + BM - 1) / BM);
+    const int first = blockIdx.x, stride = gridDim.x;
     const int tiles = k / WG_BK;
-    const auto tile_m0 = [&](int t) { return t / groups * BM; };
-    const auto tile_n0 = [&](int t) { return (t % groups * CL + rank) * tn; };
 
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < ST; ++s) {
             mbar_init(full + s * 8, 1);
-            mbar_init(empty + s * 8, 4 * WGS * CL);
+            mbar_init(empty + s * 8, 4 * WGS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    // A neighbour's copies and arrivals may reach these barriers from here on.
-    if constexpr (CL > 1)
-        cluster_sync();
-    else
-        __syncthreads();
+    __syncthreads();
 
     if (warp == 4 * WGS) {
-        if (lane == 0) {
-            const auto load_w = [&](int s, int kt, int n0) {
-                const u32 sb = base + s * STAGE + A_BYTES, bar = full + s * 8;
-                if (geglu) {
-                    tma_load(sb, &tb, bar, kt * WG_BK, n0);
-                    tma_load(sb + BN / 2 * 128, &tb, bar, kt * WG_BK, aux + n0);
-                } else {
-                    tma_load(sb, &tb, bar, kt * WG_BK, n0);
-                }
-            };
-            const auto load_x = [&](int s, int kt, int m0) {
-                if constexpr (CL > 1)
-                    tma_load_multicast(base + s * STAGE + rank * XM * 128, &ta, full + s * 8, kt * WG_BK,
-                                       m0 + rank * XM, (1 << CL) - 1);
-                else
-                    tma_load(base + s * STAGE, &ta, full + s * 8, kt * WG_BK, m0);
-            };
-            // The weights never depend on the kernel before; the activations do: the first
-            // tile's first stages ask for their weights before waiting for it.
-            const int pre = tiles < ST ? tiles : ST;
-            if (first < total) {
-                for (int kt = 0; kt < pre; ++kt) {
-                    mbar_expect(full + kt * 8, STAGE);
-                    load_w(kt, kt, tile_n0(first));
-                }
-                pdl_wait();
-                for (int kt = 0; kt < pre; ++kt) load_x(kt, kt, tile_m0(first));
-            }
-            // g: the k step counted over every tile of this block, which picks the stage.
-            int g = 0;
-            for (int t = first; t < total; t += stride) {
-                for (int kt = 0; kt < tiles; ++kt, ++g) {
-                    if (g < pre) continue;
-                    const int s = g % ST;
-                    mbar_wait(empty + s * 8, ((g / ST) - 1) & 1);
-                    mbar_expect(full + s * 8, STAGE);
-                    load_w(s, kt, tile_n0(t));
-                    load_x(s, kt, tile_m0(t));
-                }
-            }
-        }
-        __syncwarp();
-    } else {
-        // Lane c of each consumer warp releases the stage in the cluster's block c.
-        const auto release = [&](int s) {
-            if constexpr (CL > 1) {
-                if (lane < CL) mbar_arrive_cluster(empty + s * 8, lane);
+        if (lane != 0) return;
+        const auto load_w = [&](int s, int kt, int n0) {
+            const u32 sb = base + s * STAGE + A_BYTES, bar = full + s * 8;
+            if (geglu) {
+                tma_load(sb, &tb, bar, kt * WG_BK, n0);
+                tma_load(sb + BN / 2 * 128, &tb, bar, kt * WG_BK, aux + n0);
             } else {
-                if (lane == 0) mbar_arrive(empty + s * 8);
+                tma_load(sb, &tb, bar, kt * WG_BK, n0);
             }
         };
-        const int wg = warp >> 2;
-        float d[BN / 2];
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+        const auto load_x = [&](int s, int kt, int m0) {
+            tma_load(base + s * STAGE, &ta, full + s * 8, kt * WG_BK, m0);
+        };
+        // The weights never depend on the kernel before; the activations do: the first
+        // tile's first stages ask for their weights before waiting for it.
+        const int pre = tiles < ST ? tiles : ST;
+        if (first < total) {
+            const int m0 = first / n_tiles * BM, n0 = first % n_tiles * tn;
+            for (int kt = 0; kt < pre; ++kt) {
+                mbar_expect(full + kt * 8, STAGE);
+                load_w(kt, kt, n0);
+            }
+            pdl_wait();
+            for (int kt = 0; kt < pre; ++kt) load_x(kt, kt, m0);
+        }
+        // g: the k step counted over every tile of this block, which picks the stage.
         int g = 0;
         for (int t = first; t < total; t += stride) {
-            const int m0 = tile_m0(t), n0 = tile_n0(t);
+            const int m0 = t / n_tiles * BM, n0 = t % n_tiles * tn;
             for (int kt = 0; kt < tiles; ++kt, ++g) {
+                if (g < pre) continue;
                 const int s = g % ST;
-                mbar_wait(full + s * 8, (g / ST) & 1);
-                const u32 sa = base + s * STAGE + wg * WG_BM * 128, sb = base + s * STAGE + A_BYTES;
-                wg_fence();
-#pragma unroll
-                for (int j = 0; j < WG_BK / 16; ++j)
-                    wgmma_step<BN>(d, wg_desc(sa + j * 32), wg_desc(sb + j * 32), kt | j);
-                wg_commit();
-                // The step before this one is done: its stage may be refilled.
-                wg_wait<1>();
-                if (kt > 0) release((g - 1) % ST);
+                mbar_wait(empty + s * 8, ((g / ST) - 1) & 1);
+                mbar_expect(full + s * 8, STAGE);
+                load_w(s, kt, n0);
+                load_x(s, kt, m0);
             }
-            wg_wait<0>();
-            // And this tile's last stage.
-            release((g - 1) % ST);
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
-            // The residual kinds read y, which the kernel before may have written.
-            pdl_wait();
-            if (n0 < n) wg_epilogue<BN>(d, bias, y, m, n, m0 + wg * WG_BM, n0, kind, aux, pos, rc, rs, warp & 3, lane);
         }
+        return;
     }
-    // No block leaves while its neighbour may still arrive on its barriers.
-    if constexpr (CL > 1) cluster_sync();
+
+    const int wg = warp >> 2;
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+    int g = 0;
+    for (int t = first; t < total; t += stride) {
+        const int m0 = t / n_tiles * BM, n0 = t % n_tiles * tn;
+        for (int kt = 0; kt < tiles; ++kt, ++g) {
+            const int s = g % ST;
+            mbar_wait(full + s * 8, (g / ST) & 1);
+            const u32 sa = base + s * STAGE + wg * WG_BM * 128, sb = base + s * STAGE + A_BYTES;
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < WG_BK / 16; ++j) wgmma_step<BN>(d, wg_desc(sa + j * 32), wg_desc(sb + j * 32), kt | j);
+            wg_commit();
+            // The step before this one is done: its stage may be refilled.
+            wg_wait<1>();
+            if (kt > 0 && lane == 0) mbar_arrive(empty + ((g - 1) % ST) * 8);
+        }
+        wg_wait<0>();
+        // And this tile's last stage.
+        if (lane == 0) mbar_arrive(empty + ((g - 1) % ST) * 8);
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+        // The residual kinds read y, which the kernel before may have written.
+        pdl_wait();
+        wg_epilogue<BN>(d, bias, y, m, n, m0 + wg * WG_BM, n0, kind, aux, pos, rc, rs, warp & 3, lane);
+    }
 }
 
 // Forms (wgmma.rs's `Tile`), 128 outputs in 4 stages, one block a multiprocessor: 128 rows
-// (two consumer warpgroups) and 192 (three), alone or in clusters of two. Nsight Compute
-// found the 128-row form bound by the L2 cache's bandwidth (every block reads its weight
-// tile once per row tile and its activation tile once per n tile); 192 rows read each
-// weight tile a third fewer times, and clusters each activation tile half as often. 256 rows
-// (four warpgroups) would leave 96 registers a thread (17 warps over four schedulers) and
-// spill. Measured and dropped: 3 stages and two blocks a multiprocessor (registers capped at
-// 96, spilling), 6 stages alone, and 128 × 256 outputs.
-#define GEMM_TMA_FORM(name, threads, WGS, ST, CL)                                                               \
-    extern "C" __global__ void __launch_bounds__(threads, 1)                                                    \
-        name(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb, const void* __restrict__ bias, \
-             void* __restrict__ y, int m, int n, int k, int kind, int aux, const int* __restrict__ pos,          \
-             const float* __restrict__ rc, const float* __restrict__ rs) {                                     \
-        gemm_tma<128, WGS, ST, CL>(ta, tb, bias, y, m, n, k, kind, aux, pos, rc, rs);                          \
-    }
-GEMM_TMA_FORM(gemm_tma_m128_n128, 288, 2, 4, 1)
-GEMM_TMA_FORM(gemm_tma_m192_n128, 416, 3, 4, 1)
-GEMM_TMA_FORM(gemm_tma_m192_n128_c2, 416, 3, 4, 2)
-GEMM_TMA_FORM(gemm_tma_m192_n128_c2s5, 416, 3, 5, 2)
+// (two consumer warpgroups) and 192 (three). Nsight Compute found the 128-row form bound by
+// the L2 cache's bandwidth (every block reads its weight tile once per row tile); 192 rows
+// read each weight tile a third fewer times. 256 rows (four warpgroups) would leave 96
+// registers a thread (17 warps over four schedulers) and spill. Measured and dropped: 3
+// stages and two blocks a multiprocessor (registers capped at 96, spilling), 6 stages, and
+// 128 × 256 outputs.
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm_tma_m128_n128(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb,
+                   const void* __restrict__ bias, void* __restrict__ y, int m, int n, int k, int kind, int aux,
+                   const int* __restrict__ pos, const float* __restrict__ rc, const float* __restrict__ rs) {
+    gemm_tma<128, 2, 4>(ta, tb, bias, y, m, n, k, kind, aux, pos, rc, rs);
+}
+extern "C" __global__ void __launch_bounds__(416, 1)
+gemm_tma_m192_n128(const __grid_constant__ TmaMap ta, const __grid_constant__ TmaMap tb,
+                   const void* __restrict__ bias, void* __restrict__ y, int m, int n, int k, int kind, int aux,
+                   const int* __restrict__ pos, const float* __restrict__ rc, const float* __restrict__ rs) {
+    gemm_tma<128, 3, 4>(ta, tb, bias, y, m, n, k, kind, aux, pos, rc, rs);
+}
 #endif  // LAYA_WGMMA
 
 // Holds the stream for `ns` nanoseconds, so that work queued behind it starts back to back

@@ -29,21 +29,10 @@ pub enum Tile {
     N64,
     TmaM128N128,
     TmaM192N128,
-    /// 192 rows in clusters of two blocks sharing their activation tile, 4 stages.
-    TmaM192N128C2,
-    /// The same with 5 stages.
-    TmaM192N128C2S5,
 }
 
 impl Tile {
-    pub const ALL: [Tile; 6] = [
-        Tile::N32,
-        Tile::N64,
-        Tile::TmaM128N128,
-        Tile::TmaM192N128,
-        Tile::TmaM192N128C2,
-        Tile::TmaM192N128C2S5,
-    ];
+    pub const ALL: [Tile; 4] = [Tile::N32, Tile::N64, Tile::TmaM128N128, Tile::TmaM192N128];
     /// The k slice one stage holds (one 128-byte row a matrix row); `k` must be a multiple.
     const K: usize = 64;
 
@@ -52,7 +41,7 @@ impl Tile {
         match self {
             Tile::N32 | Tile::N64 => 64,
             Tile::TmaM128N128 => 128,
-            Tile::TmaM192N128 | Tile::TmaM192N128C2 | Tile::TmaM192N128C2S5 => 192,
+            Tile::TmaM192N128 => 192,
         }
     }
 
@@ -61,7 +50,7 @@ impl Tile {
         match self {
             Tile::N32 => 32,
             Tile::N64 => 64,
-            _ => 128,
+            Tile::TmaM128N128 | Tile::TmaM192N128 => 128,
         }
     }
 
@@ -71,30 +60,18 @@ impl Tile {
             Tile::N64 => 1,
             Tile::TmaM128N128 => 2,
             Tile::TmaM192N128 => 3,
-            Tile::TmaM192N128C2 => 4,
-            Tile::TmaM192N128C2S5 => 5,
         }
     }
 
     fn tma(self) -> bool {
-        !matches!(self, Tile::N32 | Tile::N64)
-    }
-
-    /// Blocks a cluster, neighbours in n sharing their rows' activation tile: each asks for
-    /// its share of the rows and has them multicast to all.
-    fn cluster(self) -> usize {
-        match self {
-            Tile::TmaM192N128C2 | Tile::TmaM192N128C2S5 => 2,
-            _ => 1,
-        }
+        matches!(self, Tile::TmaM128N128 | Tile::TmaM192N128)
     }
 
     /// The stages in flight (kernels.cu's template arguments).
     fn stages(self) -> usize {
         match self {
             Tile::N32 | Tile::N64 => 6,
-            Tile::TmaM192N128C2S5 => 5,
-            _ => 4,
+            Tile::TmaM128N128 | Tile::TmaM192N128 => 4,
         }
     }
 
@@ -102,7 +79,7 @@ impl Tile {
         match self {
             Tile::N32 | Tile::N64 => 128,
             // The consumer warpgroups and the producer warp.
-            _ => (self.rows() / 64 * 128 + 32) as u32,
+            Tile::TmaM128N128 | Tile::TmaM192N128 => (self.rows() / 64 * 128 + 32) as u32,
         }
     }
 
@@ -112,8 +89,6 @@ impl Tile {
             Tile::N64 => "gemm_wg_n64",
             Tile::TmaM128N128 => "gemm_tma_m128_n128",
             Tile::TmaM192N128 => "gemm_tma_m192_n128",
-            Tile::TmaM192N128C2 => "gemm_tma_m192_n128_c2",
-            Tile::TmaM192N128C2S5 => "gemm_tma_m192_n128_c2s5",
         }
     }
 
@@ -129,8 +104,7 @@ impl Tile {
 #[derive(Debug, Clone, Copy)]
 pub struct WgKernels {
     functions: [CUfunction; Tile::ALL.len()],
-    /// Clusters of each form the GPU holds at once (of one block where the form has none):
-    /// the persistent forms' grid.
+    /// Blocks of each form the GPU holds at once: the persistent form's grid.
     resident: [u32; Tile::ALL.len()],
 }
 
@@ -143,12 +117,7 @@ impl WgKernels {
         let sms = gpu::multiprocessors()?;
         for ((f, r), t) in functions.iter_mut().zip(&mut resident).zip(Tile::ALL) {
             *f = module.function_dynamic_shared(t.kernel(), t.shared_bytes())?;
-            *r = if t.cluster() > 1 {
-                let shared = t.shared_bytes() as u32;
-                gpu::clusters_resident(*f, t.threads(), shared, t.cluster() as u32)?
-            } else {
-                sms * gpu::blocks_per_multiprocessor(*f, t.threads(), t.shared_bytes())?
-            };
+            *r = sms * gpu::blocks_per_multiprocessor(*f, t.threads(), t.shared_bytes())?;
         }
         Ok(WgKernels {
             functions,
@@ -256,9 +225,8 @@ impl WgKernels {
     ) -> Result<(), CudaError> {
         let row_tiles = g.tokens.div_ceil(tile.rows()) as u32;
         let grid = if tile.tma() {
-            let cluster = tile.cluster() as u32;
-            let groups = (blocks as u32).div_ceil(cluster) * row_tiles;
-            (groups.min(self.resident[tile.index()]).max(1) * cluster, 1, 1)
+            let tiles = blocks as u32 * row_tiles;
+            (tiles.min(self.resident[tile.index()]).max(1), 1, 1)
         } else {
             (blocks as u32, row_tiles, 1)
         };
@@ -275,8 +243,7 @@ impl WgKernels {
             } else {
                 tile.outputs()
             };
-            let x_box = tile.rows() / tile.cluster();
-            let x = TensorMap::f16_rows(g.x, g.tokens, g.inp, x_box as u32)?;
+            let x = TensorMap::f16_rows(g.x, g.tokens, g.inp, tile.rows() as u32)?;
             let w = TensorMap::f16_rows(g.w, g.out, g.inp, w_box as u32)?;
             Args::new().map(&x).map(&w)
         } else {
@@ -294,8 +261,7 @@ impl WgKernels {
             .ptr(rc)
             .ptr(rs);
         if tile.tma() {
-            let cluster = tile.cluster() as u32;
-            args.launch_dependent(f, grid, threads, shared, cluster, stream)
+            args.launch_dependent(f, grid, threads, shared, stream)
         } else {
             args.launch(f, grid, threads, shared, stream)
         }
@@ -324,8 +290,8 @@ mod tests {
         for tile in Tile::ALL {
             let blocks = match tile {
                 Tile::N32 => 3,
-                Tile::N64 => 2,
-                _ => 1,
+                Tile::TmaM128N128 | Tile::TmaM192N128 => 1,
+                _ => 2,
             };
             let need = blocks * (tile.shared_bytes() + 1024);
             assert!(need <= per_sm, "{tile:?}: {need} bytes for {blocks} blocks");
