@@ -54,13 +54,9 @@ impl Tile {
         }
     }
 
+    /// The form's place in [`Tile::ALL`], which lists the forms in their declared order.
     fn index(self) -> usize {
-        match self {
-            Tile::N32 => 0,
-            Tile::N64 => 1,
-            Tile::TmaM128N128 => 2,
-            Tile::TmaM192N128 => 3,
-        }
+        self as usize
     }
 
     fn tma(self) -> bool {
@@ -284,6 +280,15 @@ mod tests {
     /// each form's stages must leave room for the blocks a multiprocessor was meant to hold
     /// (three of the narrowest, one of the persistent form), or a short pass's blocks run in
     /// more waves than the forms were chosen for.
+    /// `WgKernels` keeps a form's kernel at its place in `Tile::ALL` and finds it by
+    /// `Tile::index`.
+    #[test]
+    fn forms_are_listed_in_declared_order() {
+        for (i, tile) in Tile::ALL.into_iter().enumerate() {
+            assert_eq!(tile.index(), i, "{tile:?}");
+        }
+    }
+
     #[test]
     fn stages_leave_room_for_their_blocks() {
         let per_sm = 228 * 1024;
