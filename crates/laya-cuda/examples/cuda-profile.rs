@@ -8,15 +8,16 @@
 //! Rows are synthetic: token ids 1000 + i, four option markers at positions 1-4. `ITERS`
 //! (default 50) sets the repetitions, `TUNE=1` times cuBLASLt's candidates for every GEMM shape,
 //! `SHORT=N` sets the passes that take faster GEMM kernels of the same bits (`gemm_short_tokens`),
-//! `OWN=1` adds our own GEMM kernel to those on Hopper (`gemm_own`). The engine's logs go to stderr
-//! as `RUST_LOG` says (e.g. `laya_cuda=debug` for each short pass's GEMM timings).
+//! `OWN=1` adds our own GEMM kernel to those on Hopper (`gemm_own`), `ATTENTION=mma` runs
+//! `attention_mma` there instead of `attention_wg`. The engine's logs go to stderr as `RUST_LOG`
+//! says (e.g. `laya_cuda=debug` for each short pass's GEMM timings).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use laya_core::config::QType;
 use laya_core::engine::Row;
-use laya_cuda::{CudaEngine, CudaSettings};
+use laya_cuda::{Attention, CudaEngine, CudaSettings};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -45,6 +46,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(CudaSettings::default().gemm_short_tokens),
+        attention: if std::env::var("ATTENTION").is_ok_and(|v| v == "mma") {
+            Attention::Mma
+        } else {
+            Attention::TensorCore
+        },
         ..CudaSettings::default()
     };
     let mut engine = CudaEngine::load(&dir, &settings)?;

@@ -26,9 +26,12 @@ use crate::wgmma::WgKernels;
 /// Which attention kernel runs the encoder and the head's full layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Attention {
-    /// Tensor-core flash attention (`attention_mma`).
+    /// Tensor-core flash attention, the fastest form the GPU has: `attention_wg` (`wgmma`) on
+    /// Hopper, `attention_mma` (`mma.sync`) elsewhere.
     #[default]
     TensorCore,
+    /// `attention_mma` on every GPU, Hopper too: the form `attention_wg` is measured against.
+    Mma,
     /// One warp per query and head, exact f32 softmax (`attention_rows`): slow, a reference.
     Rows,
 }
@@ -139,6 +142,8 @@ struct Kernels {
     geglu: cudarc::driver::sys::CUfunction,
     rope_qk: cudarc::driver::sys::CUfunction,
     attention_mma: cudarc::driver::sys::CUfunction,
+    /// Hopper's alone (compiled only with `wgmma`).
+    attention_wg: Option<cudarc::driver::sys::CUfunction>,
     attention_rows: cudarc::driver::sys::CUfunction,
     attention_sel: cudarc::driver::sys::CUfunction,
     scorer_hidden: cudarc::driver::sys::CUfunction,
@@ -150,7 +155,7 @@ struct Kernels {
 }
 
 impl Kernels {
-    fn load(module: Module) -> Result<Kernels, CudaError> {
+    fn load(module: Module, wgmma: bool) -> Result<Kernels, CudaError> {
         Ok(Kernels {
             embed_norm: module.function("embed_norm")?,
             norm_f16: module.function("norm_f16")?,
@@ -160,6 +165,11 @@ impl Kernels {
             geglu: module.function("geglu")?,
             rope_qk: module.function("rope_qk")?,
             attention_mma: module.function_max_shared("attention_mma")?,
+            attention_wg: if wgmma {
+                Some(module.function_max_shared("attention_wg")?)
+            } else {
+                None
+            },
             attention_rows: module.function("attention_rows")?,
             attention_sel: module.function("attention_sel")?,
             scorer_hidden: module.function("scorer_hidden")?,
@@ -283,6 +293,19 @@ const HEAD_NORM_EPS: f32 = 1e-5;
 const SCORER_ROWS: usize = 32;
 const NORM_ROWS_PER_BLOCK: usize = 8;
 
+/// The shared memory `attention_wg` asks for: its five 8 KB tiles (the query tile, two
+/// stages of keys and values) and 1 KB to align them on the swizzle's period.
+const ATTENTION_WG_SHARED: u32 = 5 * 8192 + 1024;
+
+/// The kernel that runs the encoder's attention under `choice`.
+fn attention_kernel(choice: Attention, k: &Kernels) -> &'static str {
+    match (choice, k.attention_wg) {
+        (Attention::TensorCore, Some(_)) => "attention_wg",
+        (Attention::TensorCore | Attention::Mma, _) => "attention_mma",
+        (Attention::Rows, _) => "attention_rows",
+    }
+}
+
 fn grid_for(n: usize, per_block: usize) -> (u32, u32, u32) {
     (n.div_ceil(per_block).max(1) as u32, 1, 1)
 }
@@ -315,7 +338,7 @@ impl CudaEngine {
         } else {
             None
         };
-        let kernels = Kernels::load(module)?;
+        let kernels = Kernels::load(module, compile::has_wgmma(gpu.cc))?;
         let weights = Weights::load(&tensors, &config)?;
         // The uploads are synchronous copies from pageable memory on the legacy stream, which
         // the engine's stream does not wait for.
@@ -333,6 +356,7 @@ impl CudaEngine {
             cc = %format!("{}.{}", gpu.cc.0, gpu.cc.1),
             weights_mib = weights.bytes >> 20,
             kernels_cached = compiled.cached,
+            attention = attention_kernel(settings.attention, &kernels),
             ms = started.elapsed().as_millis() as u64,
             "checkpoint loaded on CUDA"
         );
@@ -365,6 +389,11 @@ impl CudaEngine {
     /// the next step fused (`gemm.rs`).
     pub fn gemm_algorithms(&self) -> Choices {
         self.blas.choices()
+    }
+
+    /// Whether the encoder's attention runs `attention_wg` (Hopper, default settings).
+    pub fn has_wgmma_attention(&self) -> bool {
+        attention_kernel(self.settings.attention, &self.kernels) == "attention_wg"
     }
 
     /// Whether `gemm_wg` is loaded ([`CudaSettings::gemm_own`] on a Hopper GPU).
@@ -691,8 +720,8 @@ impl CudaEngine {
         // `rope`: the tables of the layer, which only the rows kernel reads.
         let attention =
             |q: u64, ld: usize, out: u64, rope: Option<&crate::weights::Rope>, window: i32| {
-                match self.settings.attention {
-                    Attention::TensorCore => Args::new()
+                let tensor_core = |f, shared| {
+                    Args::new()
                         .ptr(q)
                         .ptr(q + (d * 2) as u64)
                         .ptr(q + (2 * d * 2) as u64)
@@ -705,13 +734,17 @@ impl CudaEngine {
                         .i32(window)
                         .f32(scale)
                         .launch(
-                            k.attention_mma,
+                            f,
                             (b.max_tiles() as u32, heads as u32, 1),
                             128,
-                            0,
+                            shared,
                             stream,
-                        ),
-                    Attention::Rows => {
+                        )
+                };
+                match (self.settings.attention, k.attention_wg) {
+                    (Attention::TensorCore, Some(wg)) => tensor_core(wg, ATTENTION_WG_SHARED),
+                    (Attention::TensorCore | Attention::Mma, _) => tensor_core(k.attention_mma, 0),
+                    (Attention::Rows, _) => {
                         let (rc, rs) = rope.map_or((0, 0), |r| (r.cos.ptr(), r.sin.ptr()));
                         Args::new()
                             .ptr(q)
@@ -762,7 +795,7 @@ impl CudaEngine {
                 bias: 0,
                 y: work.qkv.ptr(),
             };
-            let turn = (self.settings.attention == Attention::TensorCore).then(|| rope_then(rope));
+            let turn = (self.settings.attention != Attention::Rows).then(|| rope_then(rope));
             let fused_turn = turn.as_ref().filter(|_| fuse.rope);
             if gemm(qkv, fused_turn)? {
                 mark("gemm qkv + rope")?;
@@ -988,7 +1021,7 @@ impl CudaEngine {
                 .ptr(meta(o.key_end));
             let grid = ((s * heads) as u32, 1, 1);
             match self.settings.attention {
-                Attention::TensorCore => selected
+                Attention::TensorCore | Attention::Mma => selected
                     .ptr(meta(o.row_sel))
                     .ptr(meta(o.row_nmark))
                     .ptr(meta(o.nrows))

@@ -400,6 +400,142 @@ __device__ __forceinline__ void kv_async(u32 dk, u32 dv, const f16* __restrict__
     }
 }
 
+// The keys a query tile [q0, qend) of the row [rs, re) reaches end at `khi`; the key tiles
+// covering them, aligned to the row's start, are `ntiles` from `kt0`.
+__device__ __forceinline__ void tile_keys(int q0, int qend, int rs, int re, int window, int& khi, int& kt0,
+                                          int& ntiles) {
+    int klo = rs;
+    khi = re;
+    if (window >= 0) {
+        klo = max(rs, q0 - window);
+        khi = min(re, qend - 1 + window + 1);
+    }
+    kt0 = rs + ((klo - rs) / BK) * BK;
+    ntiles = (khi - kt0 + BK - 1) / BK;
+}
+
+// The key range of query `qi` of a row [rs, re) (`window` ≥ 0: sliding layers), empty for a
+// query past the tile's end `qend`.
+__device__ __forceinline__ void query_keys(int qi, int qend, int rs, int re, int window, int& lo, int& hi) {
+    lo = hi = 0;
+    if (qi < qend) {
+        lo = window >= 0 ? max(rs, qi - window) : rs;
+        hi = window >= 0 ? min(re, qi + window + 1) : re;
+    }
+}
+
+// One key tile's step of the online softmax for a warp's 16 queries, shared by both
+// tensor-core kernels: the scores `s` (the m16n8 accumulator layout: rows qi0 and qi1 of this
+// thread, columns j·8 + (lane % 4)·2 + e % 2 of the tile starting at key `kt`) are scaled,
+// masked to [lo, hi) of each row unless `whole`, and turned into probabilities; the running
+// maxima `m` and sums `l` move on, and `al` is the factor the outputs so far take
+// (rescale_rows). P stays in `s` as f32 (pack_p).
+__device__ __forceinline__ void softmax_probs(float (&s)[8][4], float& m0, float& m1, float& l0,
+                                              float& l1, float& al0, float& al1, bool whole, int kt, int lo0,
+                                              int hi0, int lo1, int hi1, float sl2, int lane) {
+    if (whole) {
+        // __fmul_rn: the product is rounded on its own, never fused with the subtraction
+        // below, as in the masked branch.
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] = __fmul_rn(s[j][e], sl2);
+    } else {
+        // Relative to this thread's first column of the tile, [a, b) is visible.
+        const int kb = kt + (lane & 3) * 2;
+        const int a0 = lo0 - kb, b0 = hi0 - kb, a1 = lo1 - kb, b1 = hi1 - kb;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int c = j * 8 + (e & 1);
+                const bool ok = e < 2 ? (c >= a0 && c < b0) : (c >= a1 && c < b1);
+                s[j][e] = ok ? __fmul_rn(s[j][e], sl2) : NEG_INF;
+            }
+    }
+    // Each row's largest score as a tree (a maximum is exact in any order), so the chain of
+    // dependent steps is 4 long, not 16.
+    float t0[8], t1[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        t0[j] = fmaxf(s[j][0], s[j][1]);
+        t1[j] = fmaxf(s[j][2], s[j][3]);
+    }
+#pragma unroll
+    for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+        for (int j = 0; j < w; ++j) {
+            t0[j] = fmaxf(t0[j], t0[j + w]);
+            t1[j] = fmaxf(t1[j], t1[j + w]);
+        }
+    float mx0 = t0[0], mx1 = t1[0];
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // A row with no key yet keeps a finite base, so no −inf − −inf.
+    const float base0 = mn0 == NEG_INF ? 0.f : mn0, base1 = mn1 == NEG_INF ? 0.f : mn1;
+    al0 = exp2f(m0 - base0);
+    al1 = exp2f(m1 - base1);
+    m0 = mn0;
+    m1 = mn1;
+    float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float p = ex2_ftz(s[j][e] - (e < 2 ? base0 : base1));
+            s[j][e] = p;
+            if (e < 2) rs0 += p;
+            else rs1 += p;
+        }
+    l0 = l0 * al0 + rs0;
+    l1 = l1 * al1 + rs1;
+}
+
+// P (softmax_probs' `s`) as f16 A fragments of P·V, one set for each 16 keys.
+__device__ __forceinline__ void pack_p(const float (&s)[8][4], u32 (&pa)[4][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        pa[kk][0] = pack2(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = pack2(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+}
+
+// The outputs so far times each row's factor from softmax_probs. Once a row's maximum settles
+// its factor is exactly 1: the rescale is skipped when it is 1 for every row of the warp.
+__device__ __forceinline__ void rescale_rows(float (&o)[8][4], float al0, float al1) {
+    if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            o[j][0] *= al0;
+            o[j][1] *= al0;
+            o[j][2] *= al1;
+            o[j][3] *= al1;
+        }
+    }
+}
+
+// Normalises a warp's outputs by the rows' sums and writes them (rows qi0, qi1 of this
+// thread; columns from `col`).
+__device__ __forceinline__ void attention_store(const float (&o)[8][4], float l0, float l1, f16* __restrict__ out,
+                                                int out_ld, int col, int qi0, int qi1, int qend, int lane) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int c = col + j * 8 + (lane & 3) * 2;
+        if (qi0 < qend) *reinterpret_cast<u32*>(out + (size_t)qi0 * out_ld + c) = pack2(o[j][0] * inv0, o[j][1] * inv0);
+        if (qi1 < qend) *reinterpret_cast<u32*>(out + (size_t)qi1 * out_ld + c) = pack2(o[j][2] * inv1, o[j][3] * inv1);
+    }
+}
+
 // Flash-attention on tensor cores (RoPE already applied, see rope_qk): one block = one query
 // tile of `tiles` (up to 64 tokens of one row) × one head, 4 warps of 16 queries. Keys run in
 // tiles of 64 counted from the row's start, double-buffered with asynchronous copies; online
@@ -427,14 +563,8 @@ attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* _
     const int col = blockIdx.y * HD;
     const int rs = tok_start[q0], re = tok_end[q0];
     const int qend = min(q0 + BQ, re);
-    // Keys of the whole tile, and the key tiles covering them, aligned to the row's start.
-    int klo = rs, khi = re;
-    if (window >= 0) {
-        klo = max(rs, q0 - window);
-        khi = min(re, qend - 1 + window + 1);
-    }
-    const int kt0 = rs + ((klo - rs) / BK) * BK;
-    const int ntiles = (khi - kt0 + BK - 1) / BK;
+    int khi, kt0, ntiles;
+    tile_keys(q0, qend, rs, re, window, khi, kt0, ntiles);
 
     // This thread's pieces of the key and value tiles: rows tid / 8 + 16·i, columns c8.
     const int sr = tid >> 3, c8 = (tid & 7) * 8;
@@ -450,18 +580,13 @@ attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* _
 
     // This thread's two query rows (the m16n8 accumulator layout) and their key ranges.
     const int qi0 = q0 + warp * 16 + (lane >> 2), qi1 = qi0 + 8;
-    int lo0 = 0, hi0 = 0, lo1 = 0, hi1 = 0;
-    if (qi0 < qend) {
-        lo0 = window >= 0 ? max(rs, qi0 - window) : rs;
-        hi0 = window >= 0 ? min(re, qi0 + window + 1) : re;
-    }
-    if (qi1 < qend) {
-        lo1 = window >= 0 ? max(rs, qi1 - window) : rs;
-        hi1 = window >= 0 ? min(re, qi1 + window + 1) : re;
-    }
+    int lo0, hi0, lo1, hi1;
+    query_keys(qi0, qend, rs, re, window, lo0, hi0);
+    query_keys(qi1, qend, rs, re, window, lo1, hi1);
     // The keys all 16 queries of this warp see, [flo, fhi) (none unless the warp's 16
     // queries are all in the tile): a query's keys are one interval whose ends grow with the
-    // query, so the warp's last query bounds them below and its first above.
+    // query, so the warp's last query bounds them below and its first above. (Written out in
+    // both kernels: as a helper, ptxas laid out one or the other differently.)
     const int wq0 = q0 + warp * 16;
     int flo = 1, fhi = 0;
     if (wq0 + 16 <= qend) {
@@ -501,105 +626,25 @@ attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* _
             }
         }
 
-        if (kt >= flo && kt + BK <= fhi) {
-            // __fmul_rn: the product is rounded on its own, never fused with the subtraction
-            // below, as in the masked branch.
+        u32 pa[4][4];
+        float al0, al1;
+        softmax_probs(s, m0, m1, l0, l1, al0, al1, kt >= flo && kt + BK <= fhi, kt, lo0, hi0, lo1, hi1, sl2, lane);
+        rescale_rows(o, al0, al1);
+        pack_p(s, pa);
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[j][e] = __fmul_rn(s[j][e], sl2);
-        } else {
-            // Relative to this thread's first column of the tile, [a, b) is visible.
-            const int kb = kt + (lane & 3) * 2;
-            const int a0 = lo0 - kb, b0 = hi0 - kb, a1 = lo1 - kb, b1 = hi1 - kb;
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int c = j * 8 + (e & 1);
-                    const bool ok = e < 2 ? (c >= a0 && c < b0) : (c >= a1 && c < b1);
-                    s[j][e] = ok ? __fmul_rn(s[j][e], sl2) : NEG_INF;
-                }
-        }
-        // Each row's largest score as a tree (a maximum is exact in any order), so the
-        // chain of dependent steps is 4 long, not 16.
-        float t0[8], t1[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            t0[j] = fmaxf(s[j][0], s[j][1]);
-            t1[j] = fmaxf(s[j][2], s[j][3]);
-        }
-#pragma unroll
-        for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-            for (int j = 0; j < w; ++j) {
-                t0[j] = fmaxf(t0[j], t0[j + w]);
-                t1[j] = fmaxf(t1[j], t1[j + w]);
-            }
-        float mx0 = t0[0], mx1 = t1[0];
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        // A row with no key yet keeps a finite base, so no −inf − −inf.
-        const float base0 = mn0 == NEG_INF ? 0.f : mn0, base1 = mn1 == NEG_INF ? 0.f : mn1;
-        const float al0 = exp2f(m0 - base0), al1 = exp2f(m1 - base1);
-        m0 = mn0;
-        m1 = mn1;
-        float rs0 = 0.f, rs1 = 0.f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float p = ex2_ftz(s[j][e] - (e < 2 ? base0 : base1));
-                s[j][e] = p;
-                if (e < 2) rs0 += p;
-                else rs1 += p;
-            }
-        l0 = l0 * al0 + rs0;
-        l1 = l1 * al1 + rs1;
-        // Once a row's maximum settles its factor is exactly 1: the rescale is skipped when
-        // it is 1 for every row of the warp.
-        if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                o[j][0] *= al0;
-                o[j][1] *= al0;
-                o[j][2] *= al1;
-                o[j][3] *= al1;
-            }
-        }
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            u32 pa[4];
-            pa[0] = pack2(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = pack2(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
             for (int dd = 0; dd < 4; ++dd) {
                 u32 b[4];
                 ldsm_x4_t(b, &sv[st][(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SROW + dd * 16 + (lane >> 4) * 8]);
-                mma16816(o[dd * 2], pa, b[0], b[1]);
-                mma16816(o[dd * 2 + 1], pa, b[2], b[3]);
+                mma16816(o[dd * 2], pa[kk], b[0], b[1]);
+                mma16816(o[dd * 2 + 1], pa[kk], b[2], b[3]);
             }
-        }
         // Everyone is done with this stage before the next iteration refills it.
         __syncthreads();
     }
 
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int c = col + j * 8 + (lane & 3) * 2;
-        if (qi0 < qend) *reinterpret_cast<u32*>(out + (size_t)qi0 * out_ld + c) = pack2(o[j][0] * inv0, o[j][1] * inv0);
-        if (qi1 < qend) *reinterpret_cast<u32*>(out + (size_t)qi1 * out_ld + c) = pack2(o[j][2] * inv1, o[j][3] * inv1);
-    }
+    attention_store(o, l0, l1, out, out_ld, col, qi0, qi1, qend, lane);
 }
 
 // One head's 64 dims of row `row` as f32, rotated when a RoPE table is given.
@@ -1170,6 +1215,169 @@ gemm_wg_n64(const f16* __restrict__ x, const f16* __restrict__ w, const void* __
             void* __restrict__ y, int m, int n, int k, int kind, int aux, const int* __restrict__ pos,
             const float* __restrict__ rc, const float* __restrict__ rs) {
     gemm_wg<64, 6>(x, w, bias, y, m, n, k, kind, aux, pos, rc, rs);
+}
+
+// ---------------------------------------------------------------------------------------
+// attention_wg (Hopper): attention_mma's blocks, tiles, masks and online softmax
+// (softmax_probs), with both products on wgmma instead of 64 mma.sync and 32 ldmatrix a warp
+// for each key tile. Nsight Compute found attention_mma issue- and latency-bound (45% of
+// issue slots, 23% occupancy); a warpgroup's wgmma reads Q, K and V straight from shared
+// memory and leaves the issue slots to the softmax. S = Q·Kᵀ takes Q and K as K-major
+// operands (one 128-byte row a token, as gemm_wg's tiles); P·V takes P from registers (the
+// m16n8 accumulator layout is the A fragment's) and V as an MN-major operand: V's rows are
+// keys, the k of this product. Each product is waited for before the next step: overlapping
+// a tile's S with the last tile's P·V (FlashAttention-3's order) measured slower here
+// (results/GPU.md, 2026-12-06). The products add up in attention_mma's order, and on an H100
+// they gave its bits exactly (the GPU tests hold that).
+
+// m64n64k16 with A from registers (four per thread, the mma.sync A fragment of the warp's 16
+// rows) and an MN-major B (`trans-b` 1).
+__device__ __forceinline__ void wgmma_n64_rt(float* d, const u32* a, unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// The descriptor of an MN-major B tile at `addr` (1024-byte aligned): 64 columns (128 bytes,
+// one swizzle atom wide) a row, rows of k 128 bytes apart in the same 128-byte swizzle, so
+// eight k rows are 1024 bytes. With one atom across, only the k-direction offset is read;
+// both offsets are 1024, whichever of the two the hardware takes for it.
+__device__ __forceinline__ unsigned long long wg_desc_mn(u32 addr) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)(1024 >> 4) << 16) |
+           ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// The compiler must not read accumulators before the wgmma.wait that completes them.
+__device__ __forceinline__ void wg_settle(float (&d)[8][4]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+// Queues rows [r0, r0 + 64) ∩ [.., rend) of one head into a swizzled 64 × 64 tile at `dst`
+// (rows at or past `rend` become zeros): this thread's chunk of rows sr, sr + 16, sr + 32,
+// sr + 48, its source `src` already at its 8 columns.
+__device__ __forceinline__ void tile_async_sw(u32 dst, const f16* __restrict__ src, int ld, int r0, int rend,
+                                              int sr) {
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+        const int row = r0 + sr + it * 16;
+        const bool ok = row < rend;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + it * 16 * 128),
+                     "l"(src + (size_t)(ok ? row : 0) * ld), "r"(ok ? 16 : 0));
+    }
+}
+
+// o += P·V over one key tile (V's stage at `sv`), waited for. `o` and `p` are final before the
+// fence: the compiler must not sink their arithmetic past it, which would serialise the
+// products.
+__device__ __forceinline__ void wg_pv(float (&o)[8][4], u32 (&p)[4][4], u32 sv) {
+    wg_settle(o);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(p[kk][e])::"memory");
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_n64_rt(&o[0][0], p[kk], wg_desc_mn(sv + kk * 16 * 128));
+    wg_commit();
+    wg_wait_all();
+    wg_settle(o);
+}
+
+extern "C" __global__ void __launch_bounds__(128, LAYA_ATT_BLOCKS)
+attention_wg(const f16* __restrict__ q, const f16* __restrict__ k, const f16* __restrict__ v, int ld,
+             f16* __restrict__ out, int out_ld, const int* __restrict__ tiles, const int* __restrict__ tok_start,
+             const int* __restrict__ tok_end, int window, float scale) {
+    pdl_release();
+    extern __shared__ unsigned char att_smem[];
+    // Q, then two stages of K and V, 8 KB each, on the swizzle's 1024-byte period (the launch
+    // asks for 1 KB more than the five tiles).
+    constexpr u32 TILE = BK * 128, STAGE = 2 * TILE;
+    const u32 sq = (smem_addr(att_smem) + 1023u) & ~1023u, sk0 = sq + TILE, sv0 = sk0 + TILE;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int q0 = tiles[blockIdx.x];
+    if (q0 < 0) return;
+    const int col = blockIdx.y * HD;
+    const int rs = tok_start[q0], re = tok_end[q0];
+    const int qend = min(q0 + BQ, re);
+    int khi, kt0, ntiles;
+    tile_keys(q0, qend, rs, re, window, khi, kt0, ntiles);
+
+    // This thread's chunk of every tile row it copies: rows tid / 8 + 16·i, 16-byte chunk
+    // tid % 8, stored at chunk (tid % 8) ^ (row % 8).
+    const int sr = tid >> 3, ch = tid & 7;
+    const u32 off = sr * 128 + ((ch ^ (sr & 7)) << 4);
+    const f16* kc = k + col + ch * 8;
+    const f16* vc = v + col + ch * 8;
+    tile_async_sw(sq + off, q + col + ch * 8, ld, q0, qend, sr);
+    if (ntiles > 0) {
+        tile_async_sw(sk0 + off, kc, ld, kt0, khi, sr);
+        tile_async_sw(sv0 + off, vc, ld, kt0, khi, sr);
+    }
+    cp_async_commit();
+
+    const int qi0 = q0 + warp * 16 + (lane >> 2), qi1 = qi0 + 8;
+    int lo0, hi0, lo1, hi1;
+    query_keys(qi0, qend, rs, re, window, lo0, hi0);
+    query_keys(qi1, qend, rs, re, window, lo1, hi1);
+    // The keys all 16 queries of this warp see (as in attention_mma).
+    const int wq0 = q0 + warp * 16;
+    int flo = 1, fhi = 0;
+    if (wq0 + 16 <= qend) {
+        flo = window >= 0 ? max(rs, wq0 + 15 - window) : rs;
+        fhi = window >= 0 ? min(re, wq0 + window + 1) : re;
+    }
+
+    float o[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+    const float sl2 = scale * 1.4426950408889634f;
+
+    for (int m = 0; m < ntiles; ++m) {
+        const int kt = kt0 + m * BK;
+        const u32 sk = sk0 + (m & 1) * STAGE;
+        // Tile m has landed for every thread, and every warp has waited for the products
+        // that last read the stage the next copy fills (tile m - 1's).
+        cp_async_wait<0>();
+        wg_fence_smem();
+        __syncthreads();
+        if (m + 1 < ntiles) {
+            const u32 nx = ((m + 1) & 1) * STAGE;
+            tile_async_sw(sk0 + nx + off, kc, ld, kt + BK, khi, sr);
+            tile_async_sw(sv0 + nx + off, vc, ld, kt + BK, khi, sr);
+        }
+        cp_async_commit();
+
+        float s[8][4];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_n64(&s[0][0], wg_desc(sq + kk * 32), wg_desc(sk + kk * 32), kk);
+        wg_commit();
+        wg_wait_all();
+        wg_settle(s);
+
+        u32 pa[4][4];
+        float al0, al1;
+        softmax_probs(s, m0, m1, l0, l1, al0, al1, kt >= flo && kt + BK <= fhi, kt, lo0, hi0, lo1, hi1, sl2, lane);
+        rescale_rows(o, al0, al1);
+        pack_p(s, pa);
+        wg_pv(o, pa, sv0 + (m & 1) * STAGE);
+    }
+    // A tile always has a key tile (ntiles ≥ 1); should it not, its query copy still lands
+    // before the block ends.
+    cp_async_wait<0>();
+    attention_store(o, l0, l1, out, out_ld, col, qi0, qi1, qend, lane);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -99,6 +99,14 @@ fn kernels_keep_their_register_budgets() {
             cc.0,
             cc.1
         );
+        let wg = kernels.iter().filter(|k| k.name == "attention_wg").count();
+        assert_eq!(
+            wg,
+            usize::from(cc == (9, 0)),
+            "sm_{}{}: attention_wg",
+            cc.0,
+            cc.1
+        );
         let mma = kernels.iter().find(|k| k.name == "attention_mma");
         assert!(
             mma.is_some_and(|k| k.shared_bytes == 46080),

@@ -136,6 +136,18 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
                 ..CudaSettings::default()
             },
         );
+        // On Hopper the default is attention_wg; this engine runs attention_mma there. The two
+        // add up the same products in the same order, and on an H100 wgmma and mma.sync gave
+        // the same bits (results/GPU.md, 2026-12-06): held here. Elsewhere both engines run
+        // attention_mma.
+        let mut mma_attention = engine(
+            ckpt,
+            &CudaSettings {
+                graphs: false,
+                attention: Attention::Mma,
+                ..CudaSettings::default()
+            },
+        );
         let mut worst = 0f32;
         for (i, rows) in passes.iter().enumerate() {
             let first = graphs.forward.run(rows).expect("forward");
@@ -175,6 +187,13 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             );
             let reference = rows_attention.forward.run(rows).expect("forward");
             worst = worst.max(max_logit_diff(&first, &reference));
+            let mma = mma_attention.forward.run(rows).expect("forward");
+            assert_eq!(
+                first,
+                mma,
+                "{ckpt} pass {i}: attention_mma vs the default (attention_wg: {})",
+                graphs.forward.has_wgmma_attention()
+            );
         }
         let plain = graphs.forward.gemm_algorithms();
         let own = own_kernel.forward.gemm_algorithms();
@@ -209,8 +228,10 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
         }
         let stats = graphs.forward.stats();
         println!(
-            "{ckpt}: {} passes; tensor-core vs reference attention: max logit diff {worst:.2e}; {:?}",
+            "{ckpt}: {} passes; tensor-core vs reference attention: max logit diff {worst:.2e}; \
+             attention_wg: {}; {:?}",
             passes.len(),
+            graphs.forward.has_wgmma_attention(),
             stats
         );
         assert!(stats.replays > 0 && stats.captures > 0, "{stats:?}");

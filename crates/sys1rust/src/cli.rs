@@ -198,7 +198,8 @@ pub struct EngineArgs {
     /// CUDA engine: replay CUDA graphs (off launches kernel by kernel; for diagnosis).
     #[arg(long, env = "SYS1_CUDA_GRAPHS", default_value = "true", value_parser = truthy_default_on, hide = true)]
     pub cuda_graphs: bool,
-    /// CUDA engine: `rows` runs the plain reference attention (slow; for diagnosis).
+    /// CUDA engine: `mma` runs the mma.sync flash attention on Hopper too, instead of the
+    /// wgmma one (for comparison); `rows` the plain reference attention (slow; for diagnosis).
     #[arg(long, value_enum, env = "SYS1_CUDA_ATTENTION", default_value_t = CudaAttention::Flash, hide = true)]
     pub cuda_attention: CudaAttention,
     /// CUDA engine: the pass size (tokens) whose GEMM kernels every pass uses, so that a row's
@@ -278,6 +279,7 @@ pub enum EngineChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CudaAttention {
     Flash,
+    Mma,
     Rows,
 }
 

@@ -65,9 +65,11 @@ impl EngineArgs {
             .collect();
         s.gemm_short_tokens = self.cuda_gemm_small_tokens;
         s.gemm_own = self.cuda_gemm_own;
-        if self.cuda_attention == CudaAttention::Rows {
-            s.attention = laya_cuda::Attention::Rows;
-        }
+        s.attention = match self.cuda_attention {
+            CudaAttention::Flash => laya_cuda::Attention::TensorCore,
+            CudaAttention::Mma => laya_cuda::Attention::Mma,
+            CudaAttention::Rows => laya_cuda::Attention::Rows,
+        };
         s
     }
 
