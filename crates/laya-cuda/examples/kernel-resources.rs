@@ -1,7 +1,9 @@
 //! Registers, spills and shared memory of every kernel of the forward pass, as ptxas reports
-//! them for the options the engine compiles with. Needs NVRTC, not a GPU
-//! (`scripts/setup-nvrtc.sh` prints its directory for `LD_LIBRARY_PATH`), so a kernel change
-//! can be checked for register pressure before it goes to a GPU.
+//! them for the options the engine compiles with, and a hash of each kernel's machine code.
+//! Needs NVRTC, not a GPU (`scripts/setup-nvrtc.sh` prints its directory for
+//! `LD_LIBRARY_PATH`), so a kernel change can be checked for register pressure before it goes
+//! to a GPU, and a reshaped source (helpers moved out, nothing computed differently) checked
+//! against the measured one: the same hash, the same code.
 //!
 //! ```text
 //! cargo run --release -p laya-cuda --example kernel-resources -- [compute capability=9.0] [hidden=1024]
@@ -20,13 +22,18 @@ fn main() -> Result<(), BoxError> {
     laya_cuda::load_nvrtc()?;
     let kernels = laya_cuda::compile::kernel_resources(cc, hidden)?;
     println!(
-        "sm_{}{}, hidden {hidden}\n{:<18} {:>9} {:>12} {:>11} {:>12}",
+        "sm_{}{}, hidden {hidden}\n{:<18} {:>9} {:>12} {:>11} {:>12}  code sha256",
         cc.0, cc.1, "kernel", "registers", "spill stores", "spill loads", "shared bytes"
     );
     for k in kernels {
         println!(
-            "{:<18} {:>9} {:>12} {:>11} {:>12}",
-            k.name, k.registers, k.spill_stores, k.spill_loads, k.shared_bytes
+            "{:<18} {:>9} {:>12} {:>11} {:>12}  {}",
+            k.name,
+            k.registers,
+            k.spill_stores,
+            k.spill_loads,
+            k.shared_bytes,
+            k.code_sha256.as_deref().unwrap_or("-")
         );
     }
     Ok(())

@@ -183,17 +183,61 @@ pub struct KernelResources {
     pub spill_loads: u32,
     /// Static shared memory a block.
     pub shared_bytes: u32,
+    /// The first 16 hex digits of the SHA-256 of its machine code (the cubin's
+    /// `.text.NAME` section), if found: equal before and after a change of the source, the
+    /// kernel the GPU runs is the same.
+    pub code_sha256: Option<String>,
 }
 
-/// The registers, spills and shared memory of every kernel of [`KERNELS`], compiled for
-/// compute capability `cc` and hidden size `hidden` as [`compile`] compiles them (no cache,
-/// no GPU). A spill in a kernel's inner loop can cost more than the change that caused it
-/// saves; this shows it before a GPU runs the kernel.
+/// The registers, spills, shared memory and code hash of every kernel of [`KERNELS`],
+/// compiled for compute capability `cc` and hidden size `hidden` as [`compile`] compiles
+/// them (no cache, no GPU). A spill in a kernel's inner loop can cost more than the change
+/// that caused it saves; this shows it before a GPU runs the kernel. The hashes show whether
+/// a reshaped source (helpers moved out, nothing computed differently) still compiles to the
+/// code that was measured.
 pub fn kernel_resources(cc: (i32, i32), hidden: usize) -> Result<Vec<KernelResources>, CudaError> {
     let mut opts = options(cc, hidden);
     opts.push("--ptxas-options=-v".into());
-    let (_, log) = nvrtc_run(KERNELS, &opts)?;
-    Ok(parse_ptxas_report(&log))
+    let (image, log) = nvrtc_run(KERNELS, &opts)?;
+    let mut kernels = parse_ptxas_report(&log);
+    for k in &mut kernels {
+        k.code_sha256 = elf_section(&image, &format!(".text.{}", k.name)).map(|code| {
+            sha256(code)[..8]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        });
+    }
+    Ok(kernels)
+}
+
+/// The bytes of the section `name` of a little-endian ELF64 image (a cubin), if it has one.
+fn elf_section<'a>(elf: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let u16_at = |at: usize| Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |at: usize| {
+        let v = u64::from_le_bytes(elf.get(at..at + 8)?.try_into().ok()?);
+        usize::try_from(v).ok()
+    };
+    if elf.get(..5)? != b"\x7fELF\x02" {
+        return None;
+    }
+    let (shoff, entsize) = (u64_at(0x28)?, usize::from(u16_at(0x3a)?));
+    let (count, names) = (usize::from(u16_at(0x3c)?), usize::from(u16_at(0x3e)?));
+    // A section header: name offset at 0, file offset at 0x18, size at 0x20.
+    let header = |i: usize| shoff.checked_add(i.checked_mul(entsize)?);
+    let strings = u64_at(header(names)? + 0x18)?;
+    (0..count).find_map(|i| {
+        let h = header(i)?;
+        let at = strings.checked_add(usize::try_from(u32_at(h)?).ok()?)?;
+        let rest = elf.get(at..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        if &rest[..end] != name.as_bytes() {
+            return None;
+        }
+        let (off, size) = (u64_at(h + 0x18)?, u64_at(h + 0x20)?);
+        elf.get(off..off.checked_add(size)?)
+    })
 }
 
 /// The kernels in ptxas's verbose report. Its lines for a kernel follow
@@ -332,6 +376,7 @@ ptxas info    : Used 32 registers, used 0 barriers
                     spill_stores: 8,
                     spill_loads: 12,
                     shared_bytes: 46080,
+                    code_sha256: None,
                 },
                 KernelResources {
                     name: "geglu".into(),

@@ -75,6 +75,13 @@ fn kernels_keep_their_register_budgets() {
             );
         }
         for k in &kernels {
+            assert!(
+                k.code_sha256.as_ref().is_some_and(|h| h.len() == 16),
+                "sm_{}{}: no code hash for {}",
+                cc.0,
+                cc.1,
+                k.name
+            );
             let allowed = if k.name == "attention_mma" {
                 attention_spill
             } else {
