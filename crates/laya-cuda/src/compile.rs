@@ -32,6 +32,11 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
+/// Lower-case hex digits of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The cubin in a cache file's bytes, if its trailing checksum holds.
 fn verified(mut file: Vec<u8>) -> Option<Vec<u8>> {
     if file.len() <= 32 {
@@ -120,7 +125,7 @@ pub fn compile(
         h.update([0]);
     }
     h.update(format!("nvrtc {}.{}", version.0, version.1).as_bytes());
-    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let key = hex(&h.finalize());
     let path: Option<PathBuf> = cache_dir.map(|d| d.join(format!("laya-cuda-{key}.cubin")));
     if let Some(p) = &path {
         match std::fs::read(p).ok().map(verified) {
@@ -202,12 +207,8 @@ pub fn kernel_resources(cc: (i32, i32), hidden: usize) -> Result<Vec<KernelResou
     let (image, log) = nvrtc_run(KERNELS, &opts)?;
     let mut kernels = parse_ptxas_report(&log);
     for k in &mut kernels {
-        k.code_sha256 = elf_section(&image, &format!(".text.{}", k.name)).map(|code| {
-            sha256(code)[..8]
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect()
-        });
+        k.code_sha256 =
+            elf_section(&image, &format!(".text.{}", k.name)).map(|code| hex(&sha256(code)[..8]));
     }
     Ok(kernels)
 }

@@ -180,6 +180,16 @@ impl Kernels {
             _module: module,
         })
     }
+
+    /// The kernel `choice` runs on this GPU: `attention_wg` where it exists (Hopper),
+    /// `attention_mma` otherwise or when asked for.
+    fn attention(&self, choice: Attention) -> AttentionKernel {
+        match (choice, self.attention_wg) {
+            (Attention::TensorCore, Some(wg)) => AttentionKernel::Wg(wg),
+            (Attention::TensorCore | Attention::Mma, _) => AttentionKernel::Mma(self.attention_mma),
+            (Attention::Rows, _) => AttentionKernel::Rows,
+        }
+    }
 }
 
 /// Activation buffers for every bucket up to `cap`, and the staging memory.
@@ -297,12 +307,21 @@ const NORM_ROWS_PER_BLOCK: usize = 8;
 /// stages of keys and values) and 1 KB to align them on the swizzle's period.
 const ATTENTION_WG_SHARED: u32 = 5 * 8192 + 1024;
 
-/// The kernel that runs the encoder's attention under `choice`.
-fn attention_kernel(choice: Attention, k: &Kernels) -> &'static str {
-    match (choice, k.attention_wg) {
-        (Attention::TensorCore, Some(_)) => "attention_wg",
-        (Attention::TensorCore | Attention::Mma, _) => "attention_mma",
-        (Attention::Rows, _) => "attention_rows",
+/// The kernel that runs the encoder's attention ([`Kernels::attention`]).
+#[derive(Debug, Clone, Copy)]
+enum AttentionKernel {
+    Wg(cudarc::driver::sys::CUfunction),
+    Mma(cudarc::driver::sys::CUfunction),
+    Rows,
+}
+
+impl AttentionKernel {
+    fn name(self) -> &'static str {
+        match self {
+            AttentionKernel::Wg(_) => "attention_wg",
+            AttentionKernel::Mma(_) => "attention_mma",
+            AttentionKernel::Rows => "attention_rows",
+        }
     }
 }
 
@@ -356,7 +375,7 @@ impl CudaEngine {
             cc = %format!("{}.{}", gpu.cc.0, gpu.cc.1),
             weights_mib = weights.bytes >> 20,
             kernels_cached = compiled.cached,
-            attention = attention_kernel(settings.attention, &kernels),
+            attention = kernels.attention(settings.attention).name(),
             ms = started.elapsed().as_millis() as u64,
             "checkpoint loaded on CUDA"
         );
@@ -393,7 +412,10 @@ impl CudaEngine {
 
     /// Whether the encoder's attention runs `attention_wg` (Hopper, default settings).
     pub fn has_wgmma_attention(&self) -> bool {
-        attention_kernel(self.settings.attention, &self.kernels) == "attention_wg"
+        matches!(
+            self.kernels.attention(self.settings.attention),
+            AttentionKernel::Wg(_)
+        )
     }
 
     /// Whether `gemm_wg` is loaded ([`CudaSettings::gemm_own`] on a Hopper GPU).
@@ -741,10 +763,10 @@ impl CudaEngine {
                             stream,
                         )
                 };
-                match (self.settings.attention, k.attention_wg) {
-                    (Attention::TensorCore, Some(wg)) => tensor_core(wg, ATTENTION_WG_SHARED),
-                    (Attention::TensorCore | Attention::Mma, _) => tensor_core(k.attention_mma, 0),
-                    (Attention::Rows, _) => {
+                match k.attention(self.settings.attention) {
+                    AttentionKernel::Wg(f) => tensor_core(f, ATTENTION_WG_SHARED),
+                    AttentionKernel::Mma(f) => tensor_core(f, 0),
+                    AttentionKernel::Rows => {
                         let (rc, rs) = rope.map_or((0, 0), |r| (r.cos.ptr(), r.sin.ptr()));
                         Args::new()
                             .ptr(q)

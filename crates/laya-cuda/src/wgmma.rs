@@ -276,10 +276,6 @@ const ROPE_CODE: i32 = 6;
 mod tests {
     use super::*;
 
-    /// Hopper gives a multiprocessor 228 KB of shared memory, 1 KB of it reserved per block:
-    /// each form's stages must leave room for the blocks a multiprocessor was meant to hold
-    /// (three of the narrowest, one of the persistent form), or a short pass's blocks run in
-    /// more waves than the forms were chosen for.
     /// `WgKernels` keeps a form's kernel at its place in `Tile::ALL` and finds it by
     /// `Tile::index`.
     #[test]
@@ -289,6 +285,10 @@ mod tests {
         }
     }
 
+    /// Hopper gives a multiprocessor 228 KB of shared memory, 1 KB of it reserved per block:
+    /// each form's stages must leave room for the blocks a multiprocessor was meant to hold
+    /// (three of the narrowest, one of the persistent form), or a short pass's blocks run in
+    /// more waves than the forms were chosen for.
     #[test]
     fn stages_leave_room_for_their_blocks() {
         let per_sm = 228 * 1024;
