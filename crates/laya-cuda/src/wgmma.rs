@@ -22,7 +22,8 @@ use crate::gpu::{self, Args, Module, TensorMap};
 /// a producer warp ask the Tensor Memory Accelerator for them, are persistent (a grid of as
 /// many blocks as the GPU holds, each walking its share of the tiles) and are launched as
 /// programmatic dependents of the kernel before, so that they fetch their first weights
-/// while that kernel finishes. Every form adds up an output in the same order.
+/// while that kernel finishes; their outputs go through a staging tile in shared memory and
+/// out in whole rows, 16 bytes a thread. Every form adds up an output in the same order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tile {
     N32,
@@ -71,6 +72,16 @@ impl Tile {
         }
     }
 
+    /// The alignment the output's address needs: the TMA forms write 16 bytes a thread, the
+    /// others pairs of halves or floats.
+    fn store_align(self) -> u64 {
+        if self.tma() {
+            16
+        } else {
+            8
+        }
+    }
+
     fn threads(self) -> u32 {
         match self {
             Tile::N32 | Tile::N64 => 128,
@@ -89,10 +100,24 @@ impl Tile {
     }
 
     /// Dynamic shared memory a block: the stages, each a k slice of both operands, 1 KB to
-    /// align them to the swizzle's period, and the TMA forms' two barriers a stage.
+    /// align them to the swizzle's period, and the TMA forms' two barriers a stage and
+    /// staging tiles.
     fn shared_bytes(self) -> usize {
         let barriers = if self.tma() { self.stages() * 16 } else { 0 };
-        (self.rows() + self.outputs()) * Tile::K * 2 * self.stages() + 1024 + barriers
+        (self.rows() + self.outputs()) * Tile::K * 2 * self.stages()
+            + 1024
+            + barriers
+            + self.staging_bytes()
+    }
+
+    /// The TMA forms' staging tiles (`WG_STAGE_BYTES` a consumer warpgroup) and 16 bytes to
+    /// align them: their outputs leave through shared memory, a row at a time.
+    fn staging_bytes(self) -> usize {
+        if self.tma() {
+            self.rows() / 64 * 64 * 272 + 16
+        } else {
+            0
+        }
     }
 }
 
@@ -129,7 +154,7 @@ impl WgKernels {
             && g.tokens > 0
             && g.x.is_multiple_of(16)
             && g.w.is_multiple_of(16)
-            && g.y.is_multiple_of(8)
+            && g.y.is_multiple_of(tile.store_align())
             && g.bias.is_multiple_of(8)
     }
 
@@ -161,7 +186,9 @@ impl WgKernels {
         let plain = g.kind == Kind::Half && WgKernels::fits(tile, g);
         match then {
             Then::GeGlu { g: out, .. } => {
-                plain && (g.out / 2).is_multiple_of(tile.outputs() / 2) && out.is_multiple_of(8)
+                plain
+                    && (g.out / 2).is_multiple_of(tile.outputs() / 2)
+                    && out.is_multiple_of(tile.store_align())
             }
             // A block is whole heads, all of q and k or all of v.
             Then::Rope { .. } => {
