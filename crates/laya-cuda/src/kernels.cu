@@ -1468,6 +1468,16 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaMap* map, u32 bar, in
 // Warpgroup `wg`'s own barrier (0 is __syncthreads'): its 128 threads alone.
 __device__ __forceinline__ void wg_bar(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); }
 
+// 16 bytes of shared memory at `addr`.
+__device__ __forceinline__ uint4 ld_shared16(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
 // Copies a warpgroup's staging tile to y: CH 16-byte chunks a row (8·CH halves from column
 // c0), the rows from m0 that are below m, 16 bytes a thread, so that a warp writes whole rows.
 template <int CH>
@@ -1476,12 +1486,8 @@ __device__ __forceinline__ void wg_flush_half(u32 tile, void* __restrict__ y, in
     for (int i = 0; i < 64 * CH / 128; ++i) {
         const int c = t + i * 128, r = c / CH, ch = c % CH, row = m0 + r;
         if (row >= m) continue;
-        uint4 v;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "r"(tile + r * WG_STAGE_ROW + ch * 16)
-                     : "memory");
-        *reinterpret_cast<uint4*>(static_cast<f16*>(y) + (size_t)row * n + c0 + ch * 8) = v;
+        *reinterpret_cast<uint4*>(static_cast<f16*>(y) + (size_t)row * n + c0 + ch * 8) =
+            ld_shared16(tile + r * WG_STAGE_ROW + ch * 16);
     }
 }
 
@@ -1503,15 +1509,11 @@ __device__ __forceinline__ void wg_flush_add(u32 tile, void* __restrict__ y, int
         for (int j = 0; j < BATCH; ++j) {
             const int c = t + (b + j) * 128, r = c / CH, ch = c % CH, row = m0 + r;
             if (row >= m) continue;
-            float4 v;
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                         : "r"(tile + r * WG_STAGE_ROW + ch * 16)
-                         : "memory");
-            o[j].x = v.x + o[j].x;
-            o[j].y = v.y + o[j].y;
-            o[j].z = v.z + o[j].z;
-            o[j].w = v.w + o[j].w;
+            const uint4 v = ld_shared16(tile + r * WG_STAGE_ROW + ch * 16);
+            o[j].x = __uint_as_float(v.x) + o[j].x;
+            o[j].y = __uint_as_float(v.y) + o[j].y;
+            o[j].z = __uint_as_float(v.z) + o[j].z;
+            o[j].w = __uint_as_float(v.w) + o[j].w;
             *reinterpret_cast<float4*>(static_cast<float*>(y) + (size_t)row * n + c0 + ch * 4) = o[j];
         }
     }
