@@ -1080,8 +1080,8 @@ struct DirectSink {
     }
 };
 
-// A staging tile: 64 rows of 256 bytes (128 halves or 64 floats), 16 bytes apart more than
-// that so that a warp's pairs of eight rows fall in distinct banks.
+// A staging tile: 64 rows of 256 bytes (128 halves or 64 floats) at a pitch of 272 bytes,
+// so that a warp's pairs, in eight rows, fall in distinct banks.
 #define WG_STAGE_ROW 272
 #define WG_STAGE_BYTES (64 * WG_STAGE_ROW)
 
