@@ -110,11 +110,11 @@ impl Tile {
             + self.staging_bytes()
     }
 
-    /// The TMA forms' staging tiles (`WG_STAGE_BYTES` a consumer warpgroup) and 16 bytes to
-    /// align them: their outputs leave through shared memory, a row at a time.
+    /// The TMA forms' staging tiles (one a consumer warpgroup) and 16 bytes to align them:
+    /// their outputs leave through shared memory, a row at a time.
     fn staging_bytes(self) -> usize {
         if self.tma() {
-            self.rows() / 64 * 64 * 272 + 16
+            self.rows() / 64 * STAGE_TILE_BYTES + 16
         } else {
             0
         }
@@ -294,6 +294,10 @@ impl WgKernels {
         self.functions[tile.index()]
     }
 }
+
+/// A consumer warpgroup's staging tile: `kernels.cu`'s `WG_STAGE_BYTES`, 64 rows at its pitch
+/// `WG_STAGE_ROW` (272 bytes).
+const STAGE_TILE_BYTES: usize = 64 * 272;
 
 /// `kernels.cu`'s `WG_GEGLU` and `WG_ROPE`.
 const GEGLU_CODE: i32 = 5;
