@@ -11,10 +11,12 @@ use std::fmt;
 /// [`py_equal`] for Python's `==`.
 ///
 /// Values coming out of [`super::loads`] can be nested up to the parser's depth limit
-/// (10 000 by default). Everything in this module walks values iteratively, but dropping such a
-/// value recurses once per level (a few dozen bytes of stack each); callers that walk values
+/// (10 000 by default), deeper than a derived (recursive) `Clone` or `PartialEq` fits in a
+/// thread's 2 MiB stack: a request's clone of such a value aborted the process. So both are
+/// written as loops here, as is everything else in this module. Dropping such a value still
+/// recurses once per level (a few dozen bytes of stack each); callers that walk values
 /// themselves should do so iteratively too.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum Value {
     Null,
     Bool(bool),
@@ -80,6 +82,133 @@ impl Value {
             Value::Float(x) => Some(*x),
             _ => None,
         }
+    }
+}
+
+impl Value {
+    /// A copy of a value that holds no container; `None` for an array or an object.
+    fn clone_scalar(&self) -> Option<Value> {
+        Some(match self {
+            Value::Null => Value::Null,
+            Value::Bool(b) => Value::Bool(*b),
+            Value::Int(i) => Value::Int(i.clone()),
+            Value::Float(x) => Value::Float(*x),
+            Value::Str(s) => Value::Str(s.clone()),
+            Value::Array(_) | Value::Object(_) => return None,
+        })
+    }
+}
+
+/// A container being copied by [`Value::clone`]: its source and the copies of the children
+/// done so far.
+enum CloneFrame<'a> {
+    Array(std::slice::Iter<'a, Value>, Vec<Value>),
+    Object(&'a Object, Vec<(String, Value)>),
+}
+
+impl<'a> CloneFrame<'a> {
+    /// Starts copying `v`, or copies it whole when it holds no container.
+    fn start(v: &'a Value) -> Result<CloneFrame<'a>, Value> {
+        match v {
+            Value::Array(items) => Ok(CloneFrame::Array(
+                items.iter(),
+                Vec::with_capacity(items.len()),
+            )),
+            Value::Object(o) => Ok(CloneFrame::Object(o, Vec::with_capacity(o.len()))),
+            scalar => Err(scalar.clone_scalar().expect("not a container")),
+        }
+    }
+
+    fn next_child(&mut self) -> Option<&'a Value> {
+        match self {
+            CloneFrame::Array(src, _) => src.next(),
+            CloneFrame::Object(src, done) => src.entries.get(done.len()).map(|(_, v)| v),
+        }
+    }
+
+    fn push(&mut self, child: Value) {
+        match self {
+            CloneFrame::Array(_, done) => done.push(child),
+            CloneFrame::Object(src, done) => {
+                let key = src.entries[done.len()].0.clone();
+                done.push((key, child));
+            }
+        }
+    }
+
+    fn finish(self) -> Value {
+        match self {
+            CloneFrame::Array(_, done) => Value::Array(done),
+            CloneFrame::Object(src, entries) => Value::Object(Object {
+                entries,
+                index: src.index.clone(),
+            }),
+        }
+    }
+}
+
+impl Clone for Value {
+    fn clone(&self) -> Value {
+        let mut stack = match CloneFrame::start(self) {
+            Ok(frame) => vec![frame],
+            Err(scalar) => return scalar,
+        };
+        loop {
+            let top = stack.last_mut().expect("a container is being copied");
+            match top.next_child() {
+                Some(child) => match CloneFrame::start(child) {
+                    Ok(frame) => stack.push(frame),
+                    Err(scalar) => top.push(scalar),
+                },
+                None => {
+                    let done = stack.pop().expect("a container is being copied").finish();
+                    match stack.last_mut() {
+                        Some(parent) => parent.push(done),
+                        None => return done,
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl PartialEq for Value {
+    /// Structural, as a derived one would be (object order matters, `NaN != NaN`,
+    /// `1 != 1.0`), without recursion.
+    fn eq(&self, other: &Value) -> bool {
+        let mut pending: Vec<(&Value, &Value)> = vec![(self, other)];
+        while let Some((a, b)) = pending.pop() {
+            let same = match (a, b) {
+                (Value::Array(xs), Value::Array(ys)) => {
+                    pending.extend(xs.iter().zip(ys.iter()));
+                    xs.len() == ys.len()
+                }
+                (Value::Object(xs), Value::Object(ys)) => {
+                    pending.extend(
+                        xs.entries
+                            .iter()
+                            .zip(ys.entries.iter())
+                            .map(|(x, y)| (&x.1, &y.1)),
+                    );
+                    xs.len() == ys.len()
+                        && xs
+                            .entries
+                            .iter()
+                            .zip(ys.entries.iter())
+                            .all(|(x, y)| x.0 == y.0)
+                }
+                (Value::Null, Value::Null) => true,
+                (Value::Bool(x), Value::Bool(y)) => x == y,
+                (Value::Int(x), Value::Int(y)) => x == y,
+                (Value::Float(x), Value::Float(y)) => x == y,
+                (Value::Str(x), Value::Str(y)) => x == y,
+                _ => false,
+            };
+            if !same {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -481,6 +610,77 @@ mod tests {
 
     fn int(s: &str) -> Value {
         Value::Int(Int::from_decimal(s).expect("valid int"))
+    }
+
+    /// Copies and compares values nested as deep as the parser allows on a thread with the
+    /// stack that spawned threads (the engine's, tokio's) get, where the derived forms
+    /// overflowed it and aborted the process.
+    #[test]
+    fn deep_values_clone_and_compare_without_recursion() {
+        let depth = crate::DEFAULT_MAX_DEPTH;
+        // `levels` wrappers around `inner`, `per_level` containers each.
+        let nested = |open: &str, inner: &str, close: &str, per_level: usize| {
+            let levels = (depth - 1) / per_level;
+            format!("{}{inner}{}", open.repeat(levels), close.repeat(levels))
+        };
+        let texts = [
+            (nested("[", "[1]", "]", 1), nested("[", "[2]", "]", 1)),
+            (
+                nested("{\"a\":", "{\"b\":1}", "}", 1),
+                nested("{\"a\":", "{\"c\":1}", "}", 1),
+            ),
+            (
+                nested("[{\"k\":", "[]", "}]", 2),
+                nested("[{\"k\":", "{}", "}]", 2),
+            ),
+        ];
+        let worker = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                for (text, other_text) in &texts {
+                    let v = crate::loads(text.as_bytes())
+                        .expect("within the depth limit")
+                        .value;
+                    let other = crate::loads(other_text.as_bytes())
+                        .expect("within the limit")
+                        .value;
+                    let copy = v.clone();
+                    assert!(copy == v);
+                    assert!(copy != other);
+                    assert_eq!(crate::py_repr(&copy), crate::py_repr(&v));
+                }
+            })
+            .expect("spawn");
+        worker.join().expect("no overflow, no panic");
+    }
+
+    #[test]
+    fn clone_keeps_order_duplicates_and_index() {
+        let mut text = String::from("{");
+        for i in 0..40 {
+            text.push_str(&format!("\"k{i}\": [{i}, {{\"x\": {i}.5}}], "));
+        }
+        text.push_str("\"k3\": null, \"big\": 123456789012345678901234567890}");
+        let v = crate::loads(text.as_bytes()).expect("valid").value;
+        let copy = v.clone();
+        assert!(copy == v);
+        let o = copy.as_object().expect("an object");
+        assert_eq!(o.len(), 41);
+        assert_eq!(o.get("k3"), Some(&Value::Null));
+        assert_eq!(o.keys().nth(3), Some("k3"));
+        assert_eq!(
+            o.get("k39").map(crate::py_repr).as_deref(),
+            Some("[39, {'x': 39.5}]")
+        );
+        assert_eq!(crate::py_repr(&copy), crate::py_repr(&v));
+        // Structural equality, as the derived one: 1 is not 1.0, NaN is not NaN, order counts.
+        let parse = |t: &str| crate::loads(t.as_bytes()).expect("valid").value;
+        assert!(parse("[1]") != parse("[1.0]"));
+        let nan = || Value::Array(vec![Value::Float(f64::NAN)]);
+        assert!(nan() != nan());
+        assert!(parse(r#"{"a":1,"b":2}"#) != parse(r#"{"b":2,"a":1}"#));
+        assert!(parse(r#"{"a":1,"b":2}"#) != parse(r#"{"a":1,"c":2}"#));
+        assert!(parse("[1,[2]]") != parse("[1,[2],3]"));
     }
 
     #[test]

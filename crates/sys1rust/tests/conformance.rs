@@ -2005,6 +2005,29 @@ fn differences_default(s: &Server) {
         400,
         "request body must be valid JSON",
     );
+    // Deep values where the questions are read: validation copies a choice's labels and a
+    // noul's criteria, which once overflowed the engine thread's stack at ~9,000 levels and
+    // took the process down. A deep label is refused with §5.6's message; a deep criterion
+    // is option text.
+    let n = 9_990;
+    let deep = format!("{}{}", "[".repeat(n), "]".repeat(n));
+    let body = format!(
+        r#"{{"state":"x","questions":{{"q":{{"type":"choice","instructions":"x","criteria":["a",{deep}]}}}}}}"#
+    );
+    expect_detail(
+        "14 (difference) deep choice label",
+        &s.post_json("/v1/systemone", &body),
+        422,
+        &format!(
+            "question 'q': choice label 1 is a list; a label is rendered as option text and used as the \
+             answer key, so it must be a scalar (a string, number or bool), got {deep}"
+        ),
+    );
+    let body = format!(
+        r#"{{"state":"x","questions":{{"q":{{"type":"noul","instructions":"x","criteria":{{"TRUE":{deep}}}}}}}}}"#
+    );
+    let r = s.post_json("/v1/systemone", &body);
+    assert_eq!(r.status, 200, "deep noul criterion: {}", r.text());
     // The server is still up after walking the deep states.
     assert_eq!(
         s.send("GET", "/health", &[], None).status,
