@@ -23,6 +23,23 @@ use crate::server::ConnLimits;
 pub const JEV_TOURNAMENT_GROUP: usize = 100;
 use crate::worker::{self, Owned, Started};
 
+/// The longest wait a setting gives: a year, a limit nothing reaches. Upstream reads its
+/// timeouts with Python's `float()`, so `1e20` is a valid setting; `Duration::from_secs_f64`
+/// panics on it, and a deadline `Instant::now() + d` overflows long before.
+const LONGEST_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `s` seconds as a wait: NaN and anything not above zero are zero, anything past
+/// [`LONGEST_WAIT`] (infinity too) is that.
+pub(crate) fn wait_of(s: f64) -> Duration {
+    if s.is_nan() || s <= 0.0 {
+        Duration::ZERO
+    } else if s >= LONGEST_WAIT.as_secs_f64() {
+        LONGEST_WAIT
+    } else {
+        Duration::from_secs_f64(s)
+    }
+}
+
 /// Everything `serve` needs besides the model itself.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -67,7 +84,7 @@ impl ServeConfig {
         };
         let idle_unload = match served {
             Served::Router(_) if args.router.idle_unload_seconds > 0.0 => {
-                Some(Duration::from_secs_f64(args.router.idle_unload_seconds))
+                Some(wait_of(args.router.idle_unload_seconds))
             }
             _ => None,
         };
@@ -78,7 +95,7 @@ impl ServeConfig {
         });
         let http = HttpConfig {
             api_key: args.api_key.clone().filter(|k| !k.is_empty()),
-            body_timeout: Duration::from_secs_f64(args.body_timeout),
+            body_timeout: wait_of(args.body_timeout),
             limits: Limits {
                 max_token_budget: args.max_token_budget,
                 max_batch_tokens: args.max_batch_tokens,
@@ -98,7 +115,7 @@ impl ServeConfig {
             routing: routing.clone(),
             idle_unload_seconds: idle_unload.map(|d| d.as_secs_f64()),
             request_timeout: (args.request_timeout > 0.0 && args.request_timeout.is_finite())
-                .then(|| Duration::from_secs_f64(args.request_timeout)),
+                .then(|| wait_of(args.request_timeout)),
         };
         Ok(ServeConfig {
             host: args.host.clone(),
@@ -106,10 +123,10 @@ impl ServeConfig {
             http,
             conn: ConnLimits {
                 max_connections: args.max_connections,
-                header_read_timeout: Duration::from_secs_f64(args.header_timeout.max(0.001)),
-                keep_alive_timeout: Duration::from_secs_f64(args.keep_alive_timeout.max(0.001)),
-                write_timeout: Duration::from_secs_f64(args.write_timeout.max(0.001)),
-                shutdown_grace: Duration::from_secs_f64(args.shutdown_grace.max(0.0)),
+                header_read_timeout: wait_of(args.header_timeout.max(0.001)),
+                keep_alive_timeout: wait_of(args.keep_alive_timeout.max(0.001)),
+                write_timeout: wait_of(args.write_timeout.max(0.001)),
+                shutdown_grace: wait_of(args.shutdown_grace),
             },
             decide: decide::Settings {
                 routing,
@@ -117,8 +134,8 @@ impl ServeConfig {
                 pass_tokens: args.batch_tokens,
             },
             max_concurrent: args.max_concurrent,
-            drain_delay: Duration::from_secs_f64(if args.drain_delay.is_finite() {
-                args.drain_delay.max(0.0)
+            drain_delay: wait_of(if args.drain_delay.is_finite() {
+                args.drain_delay
             } else {
                 0.0
             }),
@@ -161,7 +178,6 @@ where
         let build = build.clone();
         let (handle, loaded, thread) = worker::spawn(
             worker::WorkerConfig {
-                capacity: cfg.max_concurrent,
                 settings: cfg.decide.clone(),
                 idle_unload: cfg.idle_unload,
             },
@@ -258,4 +274,23 @@ where
         .context("the engine worker stopped while loading")??;
     spawned.state.readiness.loaded(started);
     Ok((spawned.state, spawned.thread))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_clamped_not_panics() {
+        assert_eq!(wait_of(2.5), Duration::from_millis(2500));
+        assert_eq!(wait_of(0.0), Duration::ZERO);
+        assert_eq!(wait_of(-3.0), Duration::ZERO);
+        assert_eq!(wait_of(f64::NAN), Duration::ZERO);
+        assert_eq!(wait_of(1e20), LONGEST_WAIT);
+        assert_eq!(wait_of(f64::INFINITY), LONGEST_WAIT);
+        // A deadline that far out is still an instant.
+        assert!(std::time::Instant::now()
+            .checked_add(wait_of(1e300))
+            .is_some());
+    }
 }

@@ -162,7 +162,7 @@ pub(crate) type Unsent = (Decision, Box<dyn Send>);
 /// The sending side of the worker's queue, and what it publishes.
 #[derive(Clone)]
 pub struct WorkerHandle {
-    tx: mpsc::SyncSender<Job>,
+    tx: mpsc::Sender<Job>,
     published: Arc<Mutex<Published>>,
     settings: Arc<Settings>,
 }
@@ -262,13 +262,10 @@ impl WorkerHandle {
             _ticket: ticket,
             reply,
         };
-        // The channel has a place for every admission slot and each job holds one, so it is
-        // never full; it refuses only once the worker has stopped.
-        match self.tx.try_send(job) {
+        // The channel refuses only once the worker has stopped.
+        match self.tx.send(job) {
             Ok(()) => Ok(rx),
-            Err(mpsc::TrySendError::Full(job) | mpsc::TrySendError::Disconnected(job)) => {
-                Err(Box::new((job.decision, job._ticket)))
-            }
+            Err(mpsc::SendError(job)) => Err(Box::new((job.decision, job._ticket))),
         }
     }
 }
@@ -276,8 +273,6 @@ impl WorkerHandle {
 /// How the worker runs.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// Queued decisions at most (one per admission slot).
-    pub capacity: usize,
     pub settings: Settings,
     /// Upstream's `LAYA_IDLE_UNLOAD_SECONDS`: everything resident is unloaded once no
     /// decision has finished for that long.
@@ -299,13 +294,15 @@ where
     B: FnOnce() -> anyhow::Result<(C, Started)> + Send + 'static,
 {
     let WorkerConfig {
-        capacity,
         settings,
         idle_unload,
     } = cfg;
     // Tokens a forward pass shared by queued requests may hold; 0 runs each alone.
     let pass_tokens = settings.pass_tokens;
-    let (tx, rx) = mpsc::sync_channel::<Job>(capacity.max(1));
+    // Unbounded: every job holds an admission slot (its ticket), so the slots bound the
+    // queue. A channel sized to them would allocate every slot up front (~0.5 KB each),
+    // whatever `LAYA_MAX_CONCURRENT` says, and abort on a large one.
+    let (tx, rx) = mpsc::channel::<Job>();
     let (ready_tx, ready_rx) = mpsc::channel();
     let published = Arc::new(Mutex::new(Published {
         resident: Vec::new(),

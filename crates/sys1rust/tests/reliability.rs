@@ -288,3 +288,25 @@ fn the_request_deadline_gives_504() {
     assert_eq!(metric(&s, "sys1_cancelled_total"), 1);
     assert_eq!(gate.calls(), 1, "the queued request never ran");
 }
+
+/// Settings that upstream's parsers take, at their extremes: the server starts and answers.
+/// A timeout of `1e20` seconds (Python's `float()` reads it) once panicked at start, and
+/// 10^14 admission slots (`int()`) aborted it on an up-front allocation.
+#[test]
+fn settings_at_their_extremes_start_and_serve() {
+    let _serial = serial();
+    let s = Server::process_tiny(
+        &[],
+        &[
+            ("LAYA_BODY_READ_TIMEOUT", "1e20"),
+            ("LAYA_MAX_CONCURRENT", "100000000000000"),
+            ("SYS1_HEADER_TIMEOUT", "inf"),
+            ("SYS1_KEEP_ALIVE_TIMEOUT", "1e300"),
+            ("SYS1_WRITE_TIMEOUT", "1e20"),
+            ("SYS1_REQUEST_TIMEOUT", "1e20"),
+        ],
+    );
+    let r = s.post_json("/v1/systemone", BODY);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.send("GET", "/health", &[], None).status, 200);
+}

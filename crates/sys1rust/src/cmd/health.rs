@@ -46,7 +46,7 @@ fn split_url(url: &str) -> anyhow::Result<(String, u16, String)> {
 /// `GET url` with `headers`: the status line and the body.
 fn get(url: &str, headers: &str, timeout: f64) -> anyhow::Result<(String, String)> {
     let (host, port, path) = split_url(url)?;
-    let timeout = Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 {
+    let timeout = crate::config::wait_of(if timeout.is_finite() && timeout > 0.0 {
         timeout
     } else {
         5.0
