@@ -76,53 +76,55 @@ fn metric(s: &Server, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{name} in /metrics"))
 }
 
-/// (1) 64 clients that pipeline requests and never read take every connection of
-/// `--max-connections 64`: other clients are turned away. Once the write deadline has passed
-/// their connections are closed, and a real request is answered within 5 s.
+/// (1) 64 clients that pipeline requests and never read fill `--max-connections 64`. Between
+/// their answers no request of theirs is in flight, so a new client is served at once, in
+/// place of one of them; that one is closed once its answers are out or its write deadline
+/// passes, and once the deadline has passed every one of them is closed.
 #[test]
 fn clients_that_never_read_lose_their_connections() {
     let _serial = serial();
     let write_timeout = Duration::from_secs(2);
     let s = Server::tiny(&["--max-connections", "64", "--write-timeout", "2"]);
-    let pinned: Vec<TcpStream> = (0..64).map(|_| non_reading_client(s.addr, 3000)).collect();
+    let mut pinned: Vec<TcpStream> = (0..64).map(|_| non_reading_client(s.addr, 3000)).collect();
     let filled = Instant::now();
-    // Within the deadline the cap is taken (the failure the deadline bounds).
     std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        !answered(s.addr),
-        "the 64 non-reading clients hold every connection"
-    );
-
-    std::thread::sleep(write_timeout.saturating_sub(filled.elapsed()));
     let started = Instant::now();
-    let mut conn = loop {
-        let mut conn = s.connect();
-        conn.write_all(&request_bytes(
-            "POST",
-            "/v1/systemone",
-            &[("content-type", "application/json")],
-            Some(BODY.as_bytes()),
-            false,
-        ))
-        .ok();
-        let mut first = [0u8; 1];
-        if conn.peek(&mut first).map(|n| n > 0).unwrap_or(false) {
-            break conn;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "no connection accepted 5 s after the write deadline"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut conn = s.connect();
+    conn.write_all(&request_bytes(
+        "POST",
+        "/v1/systemone",
+        &[("content-type", "application/json")],
+        Some(BODY.as_bytes()),
+        false,
+    ))
+    .expect("request");
     let r = read_response(&mut conn);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "answered {:?} after the deadline",
+        started.elapsed() < Duration::from_secs(2),
+        "answered {:?} after it connected, with the cap held by clients that never read",
         started.elapsed()
     );
-    drop(pinned);
+    // Past the write deadline the server has closed every one of them: reading what it sent
+    // ends.
+    std::thread::sleep((write_timeout + Duration::from_secs(1)).saturating_sub(filled.elapsed()));
+    for c in &mut pinned {
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut buf = vec![0u8; 1 << 16];
+        let closed = loop {
+            match c.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+                Err(_) => break false,
+            }
+        };
+        assert!(
+            closed,
+            "a client that never read is closed after the deadline"
+        );
+    }
 }
 
 /// (2) SIGTERM while a client that never reads is connected: the connection, only blocked
@@ -309,4 +311,54 @@ fn settings_at_their_extremes_start_and_serve() {
     let r = s.post_json("/v1/systemone", BODY);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.send("GET", "/health", &[], None).status, 200);
+}
+
+/// (4) At the connection cap with a request in flight on every connection (bodies still
+/// arriving), a new connection is closed at once, without an answer; once one of them is
+/// answered, its connection, idle again, gives its place to the next new one.
+#[test]
+fn at_the_cap_only_idle_connections_give_way() {
+    let _serial = serial();
+    let s = Server::tiny(&["--max-connections", "8"]);
+    let head = format!(
+        "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        BODY.len()
+    );
+    let (first, rest) = BODY.split_at(10);
+    let mut busy: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut c = s.connect();
+            c.write_all(head.as_bytes()).expect("head");
+            c.write_all(first.as_bytes()).expect("part of the body");
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let mut extra = s.connect();
+    let _ = extra.write_all(&request_bytes("GET", "/health", &[], None, false));
+    let _ = extra.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let _ = extra.read_to_end(&mut got);
+    assert!(
+        got.is_empty(),
+        "a ninth connection is closed without an answer, got {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "closed at once, took {:?}",
+        started.elapsed()
+    );
+    // The first request completes; its connection stays open, idle.
+    busy[0]
+        .write_all(rest.as_bytes())
+        .expect("rest of the body");
+    let r = read_response(&mut busy[0]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        answered(s.addr),
+        "a new connection is served in the place of the idle one"
+    );
+    drop(busy);
 }

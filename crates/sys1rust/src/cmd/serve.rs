@@ -139,7 +139,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding {}:{}", cfg.host, cfg.port))?;
         let addr = listener.local_addr()?;
-        tracing::info!(%addr, "listening; loading the checkpoints");
+        let open_files = server::raise_open_files_limit();
+        if open_files.is_some_and(|n| (n as usize) < cfg.conn.max_connections.saturating_add(64)) {
+            tracing::warn!(open_files, max_connections = cfg.conn.max_connections, "the open-files limit is below the connection cap; raise it (ulimit -n, LimitNOFILE=)");
+        }
+        tracing::info!(%addr, open_files, "listening; loading the checkpoints");
         let server = server::serve(
             listener,
             http::app(state),

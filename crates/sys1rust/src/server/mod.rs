@@ -1,7 +1,11 @@
 //! The listener: HTTP/1.1 connections with limits upstream (uvicorn) does not have, and a
 //! graceful shutdown that loses no admitted request.
 //!
-//! * a cap on open connections: past it, new connections are closed at once;
+//! * a cap on open connections: at it, a new connection takes the place of the one idle
+//!   longest (no request in flight: waiting for its first head or between keep-alive
+//!   requests), which is closed; only when every connection has a request in flight is the
+//!   new one closed at once. So idle connections, however many a client opens, cannot lock
+//!   out the others;
 //! * a header-read timeout (hyper's, from the start of each request head);
 //! * an idle keep-alive timeout: a connection with no request in flight for that long is
 //!   closed, so idle or slow clients cannot pin the process's sockets;
@@ -27,7 +31,7 @@ use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -76,7 +80,111 @@ impl hyper::body::Body for Tracked {
 /// Requests in flight on one connection and when it last finished one.
 struct ConnActivity {
     in_flight: AtomicUsize,
+    /// Requests the connection has taken.
+    served: AtomicUsize,
+    /// When the last request ended, or the connection opened.
     last_done: std::sync::Mutex<Instant>,
+    /// Asks the connection to close if it is idle: a new one wants its place.
+    evict: tokio::sync::Notify,
+    /// Set once the connection was picked to close, so that it is picked only once.
+    evicted: AtomicBool,
+    /// Picked after it had taken a request: it may take until its write deadline to close.
+    lingers: AtomicBool,
+}
+
+impl ConnActivity {
+    fn idle_since(&self) -> Option<Instant> {
+        (self.in_flight.load(Ordering::SeqCst) == 0)
+            .then(|| *self.last_done.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The open connections, for the cap: at it, a new connection is let in only in place of an
+/// idle one, which is picked to close.
+#[derive(Default)]
+struct Open {
+    table: std::sync::Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    next_id: usize,
+    conns: std::collections::HashMap<usize, Arc<ConnActivity>>,
+    /// Open connections not picked to close: what the cap counts.
+    live: usize,
+    /// Picked connections that may take until their write deadline to close.
+    lingering: usize,
+}
+
+impl Open {
+    /// Registers a new connection, picking the connection idle longest to close when `max`
+    /// are live; `None` (the new one is to be closed) when every one has a request in
+    /// flight, or when as many picks as the cap are still closing (one that had taken a
+    /// request may be writing to a client that stopped reading, and closes only at its
+    /// write deadline), so that open connections stay near twice the cap at most, whatever
+    /// clients do.
+    fn admit(&self, max: usize) -> Option<(usize, Arc<ConnActivity>)> {
+        let mut t = self.lock();
+        if t.lingering >= max {
+            return None;
+        }
+        if t.live >= max {
+            let idlest = t
+                .conns
+                .values()
+                .filter(|a| !a.evicted.load(Ordering::SeqCst))
+                .filter_map(|a| a.idle_since().map(|since| (since, a)))
+                .min_by_key(|(since, _)| *since)
+                .map(|(_, a)| a.clone())?;
+            idlest.evicted.store(true, Ordering::SeqCst);
+            if idlest.served.load(Ordering::SeqCst) > 0 {
+                idlest.lingers.store(true, Ordering::SeqCst);
+                t.lingering += 1;
+            }
+            idlest.evict.notify_one();
+            t.live -= 1;
+        }
+        let id = t.next_id;
+        t.next_id += 1;
+        let activity = Arc::new(ConnActivity {
+            in_flight: AtomicUsize::new(0),
+            served: AtomicUsize::new(0),
+            last_done: std::sync::Mutex::new(Instant::now()),
+            evict: tokio::sync::Notify::new(),
+            evicted: AtomicBool::new(false),
+            lingers: AtomicBool::new(false),
+        });
+        t.conns.insert(id, activity.clone());
+        t.live += 1;
+        Some((id, activity))
+    }
+
+    /// A connection picked to close took a request first: it stays, and counts again.
+    fn keep(&self, activity: &ConnActivity) {
+        let mut t = self.lock();
+        if activity.evicted.swap(false, Ordering::SeqCst) {
+            t.live += 1;
+        }
+        if activity.lingers.swap(false, Ordering::SeqCst) {
+            t.lingering -= 1;
+        }
+    }
+
+    fn remove(&self, id: usize) {
+        let mut t = self.lock();
+        if let Some(a) = t.conns.remove(&id) {
+            if !a.evicted.load(Ordering::SeqCst) {
+                t.live -= 1;
+            }
+            if a.lingers.load(Ordering::SeqCst) {
+                t.lingering -= 1;
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 struct InFlightGuard(Arc<ConnActivity>);
@@ -98,13 +206,11 @@ pub async fn serve(
     limits: ConnLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(
-        limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
-    ));
     let (stop_tx, stop_rx) = watch::channel(false);
     let draining = Arc::new(AtomicBool::new(false));
     let open = Arc::new(AtomicUsize::new(0));
     let all_closed = Arc::new(tokio::sync::Notify::new());
+    let conns = Arc::new(Open::default());
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -119,19 +225,27 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, max = limits.max_connections, "connection limit reached; closing new connection");
+        let Some((id, activity)) = conns.admit(limits.max_connections.max(1)) else {
+            tracing::warn!(%peer, max = limits.max_connections, "connection limit reached with a request on every connection; closing new connection");
             drop(stream);
             continue;
         };
         let _ = stream.set_nodelay(true);
         open.fetch_add(1, Ordering::SeqCst);
         let stream = io::WriteDeadline::new(stream, limits.write_timeout, draining.clone());
-        let conn_task = connection(stream, peer, app.clone(), limits, stop_rx.clone());
-        let (open, all_closed) = (open.clone(), all_closed.clone());
+        let conn_task = connection(
+            stream,
+            peer,
+            app.clone(),
+            limits,
+            stop_rx.clone(),
+            activity,
+            conns.clone(),
+        );
+        let (open, all_closed, conns) = (open.clone(), all_closed.clone(), conns.clone());
         tokio::spawn(async move {
             conn_task.await;
-            drop(permit);
+            conns.remove(id);
             if open.fetch_sub(1, Ordering::SeqCst) == 1 {
                 all_closed.notify_waiters();
             }
@@ -184,14 +298,13 @@ async fn connection(
     app: Router,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
+    activity: Arc<ConnActivity>,
+    conns: Arc<Open>,
 ) {
-    let activity = Arc::new(ConnActivity {
-        in_flight: AtomicUsize::new(0),
-        last_done: std::sync::Mutex::new(Instant::now()),
-    });
     let svc_activity = activity.clone();
     let svc = tower::service_fn(move |req: hyper::Request<Incoming>| {
         svc_activity.in_flight.fetch_add(1, Ordering::SeqCst);
+        svc_activity.served.fetch_add(1, Ordering::SeqCst);
         let guard = InFlightGuard(svc_activity.clone());
         let app = app.clone();
         let (parts, inner) = req.into_parts();
@@ -242,6 +355,22 @@ async fn connection(
                 closing = true;
                 conn.as_mut().graceful_shutdown();
             }
+            () = activity.evict.notified(), if !closing => {
+                // Picked while idle; a request may have come since.
+                if activity.in_flight.load(Ordering::SeqCst) > 0 {
+                    conns.keep(&activity);
+                    continue;
+                }
+                tracing::debug!(%peer, "idle connection closed to make room for a new one");
+                // One that never took a request has nothing of ours to send: close it now,
+                // a half-sent head with it (hyper's graceful shutdown waits for that head).
+                if activity.served.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                // Between keep-alive requests: closes at once, once the last answer is out.
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
             () = tokio::time::sleep_until(idle_deadline), if !closing => {
                 let idle = activity.in_flight.load(Ordering::SeqCst) == 0
                     && activity.last_done.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= limits.keep_alive_timeout;
@@ -252,6 +381,42 @@ async fn connection(
             }
         }
     }
+}
+
+/// Raises the soft limit on open files to the hard one (at most 2^20), as servers do: every
+/// connection takes a descriptor, and the usual soft limit (1,024, systemd's default too) sits
+/// below the connection cap, where accepting would fail before the cap's turn-over of idle
+/// connections starts. Returns the soft limit in force, if it can be read.
+#[cfg(unix)]
+pub fn raise_open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write only the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        let before = limit.rlim_cur;
+        let wanted = limit.rlim_max.min(1 << 20);
+        // macOS refuses more than OPEN_MAX (10,240) whatever the hard limit says.
+        for target in [wanted, wanted.min(10_240)] {
+            if target <= before {
+                break;
+            }
+            limit.rlim_cur = target;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                return Some(target);
+            }
+        }
+        Some(before)
+    }
+}
+
+#[cfg(not(unix))]
+pub fn raise_open_files_limit() -> Option<u64> {
+    None
 }
 
 /// Resolves on SIGINT or SIGTERM.
