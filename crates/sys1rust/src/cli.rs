@@ -339,9 +339,9 @@ pub struct ServeArgs {
     pub repo_label: Option<String>,
     #[command(flatten)]
     pub router: RouterArgs,
-    /// Most open connections. At the cap a new connection takes the place of the one idle
-    /// longest, which is closed; it is closed at once only when every connection has a
-    /// request in flight.
+    /// Most open connections. At the cap a new connection takes the place of an idle one
+    /// (one that never sent a whole request first, else the one idle longest, after at least
+    /// a second), which is closed; it is closed at once only when none is idle.
     #[arg(long, env = "SYS1_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
     /// Seconds a client has to send a request's headers.

@@ -82,12 +82,14 @@ impl ServeConfig {
             }
             Served::Router(r) => r.routing(default_model, args.auto_task),
         };
-        let idle_unload = match served {
+        // `/health` echoes the setting as given; the worker waits at most a year.
+        let idle_unload_seconds = match served {
             Served::Router(_) if args.router.idle_unload_seconds > 0.0 => {
-                Some(wait_of(args.router.idle_unload_seconds))
+                Some(args.router.idle_unload_seconds)
             }
             _ => None,
         };
+        let idle_unload = idle_unload_seconds.map(wait_of);
         let tournament_group = args.tournament_group.unwrap_or(if args.jev_strict {
             JEV_TOURNAMENT_GROUP
         } else {
@@ -113,7 +115,7 @@ impl ServeConfig {
                 Output::Full
             },
             routing: routing.clone(),
-            idle_unload_seconds: idle_unload.map(|d| d.as_secs_f64()),
+            idle_unload_seconds,
             request_timeout: (args.request_timeout > 0.0 && args.request_timeout.is_finite())
                 .then(|| wait_of(args.request_timeout)),
         };

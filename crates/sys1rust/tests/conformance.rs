@@ -2579,8 +2579,9 @@ fn connection_cap(s: &Server) {
             "cap: connections within the cap are served"
         );
     }
-    // The 21st takes the place of the connection idle longest, the first, which is closed
-    // without a word.
+    // Once they have been idle a second, the 21st takes the place of the connection idle
+    // longest, the first, which is closed without a word.
+    std::thread::sleep(Duration::from_millis(1100));
     let mut extra = s.connect();
     assert_eq!(
         exchange_on(&mut extra, "GET", "/health").status,
@@ -2603,6 +2604,7 @@ fn connection_cap(s: &Server) {
     }
     // A flood of connections that never finish a head holds the cap twice over, and a new
     // client is still served at once.
+    std::thread::sleep(Duration::from_millis(1100));
     let flood: Vec<TcpStream> = (0..40)
         .map(|_| {
             let mut c = s.connect();

@@ -77,8 +77,8 @@ fn metric(s: &Server, name: &str) -> u64 {
 }
 
 /// (1) 64 clients that pipeline requests and never read fill `--max-connections 64`. Between
-/// their answers no request of theirs is in flight, so a new client is served at once, in
-/// place of one of them; that one is closed once its answers are out or its write deadline
+/// their answers no request of theirs is in flight, so once they have been idle a second a
+/// new client is served at once, in place of one of them; that one is closed once its answers are out or its write deadline
 /// passes, and once the deadline has passed every one of them is closed.
 #[test]
 fn clients_that_never_read_lose_their_connections() {
@@ -87,7 +87,8 @@ fn clients_that_never_read_lose_their_connections() {
     let s = Server::tiny(&["--max-connections", "64", "--write-timeout", "2"]);
     let mut pinned: Vec<TcpStream> = (0..64).map(|_| non_reading_client(s.addr, 3000)).collect();
     let filled = Instant::now();
-    std::thread::sleep(Duration::from_millis(500));
+    // A connection that took requests gives way once idle for a second.
+    std::thread::sleep(Duration::from_millis(1200));
     let started = Instant::now();
     let mut conn = s.connect();
     conn.write_all(&request_bytes(
@@ -315,7 +316,8 @@ fn settings_at_their_extremes_start_and_serve() {
 
 /// (4) At the connection cap with a request in flight on every connection (bodies still
 /// arriving), a new connection is closed at once, without an answer; once one of them is
-/// answered, its connection, idle again, gives its place to the next new one.
+/// answered and its connection has been idle for a second, it gives its place to the next
+/// new one.
 #[test]
 fn at_the_cap_only_idle_connections_give_way() {
     let _serial = serial();
@@ -356,6 +358,12 @@ fn at_the_cap_only_idle_connections_give_way() {
         .expect("rest of the body");
     let r = read_response(&mut busy[0]);
     assert_eq!(r.status, 200, "{}", r.text());
+    // Not at once: a connection that took requests gives way after a second idle.
+    assert!(
+        !answered(s.addr),
+        "a connection that has just answered keeps its place"
+    );
+    std::thread::sleep(Duration::from_millis(1100));
     assert!(
         answered(s.addr),
         "a new connection is served in the place of the idle one"

@@ -1,11 +1,11 @@
 //! The listener: HTTP/1.1 connections with limits upstream (uvicorn) does not have, and a
 //! graceful shutdown that loses no admitted request.
 //!
-//! * a cap on open connections: at it, a new connection takes the place of the one idle
-//!   longest (no request in flight: waiting for its first head or between keep-alive
-//!   requests), which is closed; only when every connection has a request in flight is the
-//!   new one closed at once. So idle connections, however many a client opens, cannot lock
-//!   out the others;
+//! * a cap on open connections: at it, a new connection takes the place of an idle one (no
+//!   request in flight: one that never sent a whole head first, else the one idle longest
+//!   between keep-alive requests, after a second idle), which is closed; only when none
+//!   is idle is the new one closed at once. So idle connections, however many a client
+//!   opens, cannot lock out the others;
 //! * a header-read timeout (hyper's, from the start of each request head);
 //! * an idle keep-alive timeout: a connection with no request in flight for that long is
 //!   closed, so idle or slow clients cannot pin the process's sockets;
@@ -90,12 +90,32 @@ struct ConnActivity {
     evicted: AtomicBool,
     /// Picked after it had taken a request: it may take until its write deadline to close.
     lingers: AtomicBool,
+    /// Closing already (idle timeout, shutdown or a pick): never picked again, since picking
+    /// it would free nothing.
+    closing: AtomicBool,
 }
 
+/// How long a connection that has taken requests must have been idle before a new one may
+/// take its place: its client may be sending the next request right after an answer, and a
+/// close then loses that request. A connection that never took one has no such grace.
+const PICK_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 impl ConnActivity {
-    fn idle_since(&self) -> Option<Instant> {
-        (self.in_flight.load(Ordering::SeqCst) == 0)
-            .then(|| *self.last_done.lock().unwrap_or_else(|e| e.into_inner()))
+    /// Whether a new connection may take this one's place, and in what order: those that
+    /// never took a request first, then those idle longest.
+    fn pick_order(&self, now: Instant) -> Option<(bool, Instant)> {
+        if self.closing.load(Ordering::SeqCst)
+            || self.evicted.load(Ordering::SeqCst)
+            || self.in_flight.load(Ordering::SeqCst) > 0
+        {
+            return None;
+        }
+        let since = *self.last_done.lock().unwrap_or_else(|e| e.into_inner());
+        let served = self.served.load(Ordering::SeqCst) > 0;
+        if served && now.saturating_duration_since(since) < PICK_AFTER_IDLE {
+            return None;
+        }
+        Some((served, since))
     }
 }
 
@@ -117,8 +137,8 @@ struct Table {
 }
 
 impl Open {
-    /// Registers a new connection, picking the connection idle longest to close when `max`
-    /// are live; `None` (the new one is to be closed) when every one has a request in
+    /// Registers a new connection, picking one to close when `max` are live (one that never
+    /// took a request, else the one idle longest, if for at least [`PICK_AFTER_IDLE`]); `None` (the new one is to be closed) when every one has a request in
     /// flight, or when as many picks as the cap are still closing (one that had taken a
     /// request may be writing to a client that stopped reading, and closes only at its
     /// write deadline), so that open connections stay near twice the cap at most, whatever
@@ -129,12 +149,12 @@ impl Open {
             return None;
         }
         if t.live >= max {
+            let now = Instant::now();
             let idlest = t
                 .conns
                 .values()
-                .filter(|a| !a.evicted.load(Ordering::SeqCst))
-                .filter_map(|a| a.idle_since().map(|since| (since, a)))
-                .min_by_key(|(since, _)| *since)
+                .filter_map(|a| a.pick_order(now).map(|order| (order, a)))
+                .min_by_key(|(order, _)| *order)
                 .map(|(_, a)| a.clone())?;
             idlest.evicted.store(true, Ordering::SeqCst);
             if idlest.served.load(Ordering::SeqCst) > 0 {
@@ -153,6 +173,7 @@ impl Open {
             evict: tokio::sync::Notify::new(),
             evicted: AtomicBool::new(false),
             lingers: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         });
         t.conns.insert(id, activity.clone());
         t.live += 1;
@@ -184,6 +205,24 @@ impl Open {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A connection's end, in its task: it leaves the table and the count that a shutdown waits
+/// on, also when a handler's panic unwinds the task.
+struct Ended {
+    id: usize,
+    conns: Arc<Open>,
+    open: Arc<AtomicUsize>,
+    all_closed: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.conns.remove(self.id);
+        if self.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.all_closed.notify_waiters();
+        }
     }
 }
 
@@ -242,13 +281,15 @@ pub async fn serve(
             activity,
             conns.clone(),
         );
-        let (open, all_closed, conns) = (open.clone(), all_closed.clone(), conns.clone());
+        let ended = Ended {
+            id,
+            conns: conns.clone(),
+            open: open.clone(),
+            all_closed: all_closed.clone(),
+        };
         tokio::spawn(async move {
             conn_task.await;
-            conns.remove(id);
-            if open.fetch_sub(1, Ordering::SeqCst) == 1 {
-                all_closed.notify_waiters();
-            }
+            drop(ended);
         });
     }
     drop(listener);
@@ -353,6 +394,7 @@ async fn connection(
             }
             _ = stop.changed(), if !closing => {
                 closing = true;
+                activity.closing.store(true, Ordering::SeqCst);
                 conn.as_mut().graceful_shutdown();
             }
             () = activity.evict.notified(), if !closing => {
@@ -369,6 +411,7 @@ async fn connection(
                 }
                 // Between keep-alive requests: closes at once, once the last answer is out.
                 closing = true;
+                activity.closing.store(true, Ordering::SeqCst);
                 conn.as_mut().graceful_shutdown();
             }
             () = tokio::time::sleep_until(idle_deadline), if !closing => {
@@ -376,6 +419,7 @@ async fn connection(
                     && activity.last_done.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= limits.keep_alive_timeout;
                 if idle {
                     closing = true;
+                    activity.closing.store(true, Ordering::SeqCst);
                     conn.as_mut().graceful_shutdown();
                 }
             }
