@@ -137,12 +137,12 @@ struct Table {
 }
 
 impl Open {
-    /// Registers a new connection, picking one to close when `max` are live (one that never
-    /// took a request, else the one idle longest, if for at least [`PICK_AFTER_IDLE`]); `None` (the new one is to be closed) when every one has a request in
-    /// flight, or when as many picks as the cap are still closing (one that had taken a
-    /// request may be writing to a client that stopped reading, and closes only at its
-    /// write deadline), so that open connections stay near twice the cap at most, whatever
-    /// clients do.
+    /// Registers a new connection, picking one to close when `max` are live: one that never
+    /// took a request, else the one idle longest, if for at least [`PICK_AFTER_IDLE`].
+    /// `None` (the new one is to be closed) when none is idle, or when as many picks as the
+    /// cap are still closing (one that had taken a request may be writing to a client that
+    /// stopped reading, and closes only at its write deadline), so that open connections
+    /// stay near twice the cap at most, whatever clients do.
     fn admit(&self, max: usize) -> Option<(usize, Arc<ConnActivity>)> {
         let mut t = self.lock();
         if t.lingering >= max {
@@ -265,7 +265,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let Some((id, activity)) = conns.admit(limits.max_connections.max(1)) else {
-            tracing::warn!(%peer, max = limits.max_connections, "connection limit reached with a request on every connection; closing new connection");
+            tracing::warn!(%peer, max = limits.max_connections, "connection limit reached with no connection idle to give way; closing new connection");
             drop(stream);
             continue;
         };
