@@ -85,20 +85,6 @@ impl Value {
     }
 }
 
-impl Value {
-    /// A copy of a value that holds no container; `None` for an array or an object.
-    fn clone_scalar(&self) -> Option<Value> {
-        Some(match self {
-            Value::Null => Value::Null,
-            Value::Bool(b) => Value::Bool(*b),
-            Value::Int(i) => Value::Int(i.clone()),
-            Value::Float(x) => Value::Float(*x),
-            Value::Str(s) => Value::Str(s.clone()),
-            Value::Array(_) | Value::Object(_) => return None,
-        })
-    }
-}
-
 /// A container being copied by [`Value::clone`]: its source and the copies of the children
 /// done so far.
 enum CloneFrame<'a> {
@@ -106,17 +92,30 @@ enum CloneFrame<'a> {
     Object(&'a Object, Vec<(String, Value)>),
 }
 
+/// What [`CloneFrame::start`] makes of a value.
+enum Copying<'a> {
+    Container(CloneFrame<'a>),
+    Done(Value),
+}
+
 impl<'a> CloneFrame<'a> {
     /// Starts copying `v`, or copies it whole when it holds no container.
-    fn start(v: &'a Value) -> Result<CloneFrame<'a>, Value> {
-        match v {
-            Value::Array(items) => Ok(CloneFrame::Array(
-                items.iter(),
-                Vec::with_capacity(items.len()),
-            )),
-            Value::Object(o) => Ok(CloneFrame::Object(o, Vec::with_capacity(o.len()))),
-            scalar => Err(scalar.clone_scalar().expect("not a container")),
-        }
+    fn start(v: &'a Value) -> Copying<'a> {
+        let done = match v {
+            Value::Array(items) => {
+                let frame = CloneFrame::Array(items.iter(), Vec::with_capacity(items.len()));
+                return Copying::Container(frame);
+            }
+            Value::Object(o) => {
+                return Copying::Container(CloneFrame::Object(o, Vec::with_capacity(o.len())))
+            }
+            Value::Null => Value::Null,
+            Value::Bool(b) => Value::Bool(*b),
+            Value::Int(i) => Value::Int(i.clone()),
+            Value::Float(x) => Value::Float(*x),
+            Value::Str(s) => Value::Str(s.clone()),
+        };
+        Copying::Done(done)
     }
 
     fn next_child(&mut self) -> Option<&'a Value> {
@@ -150,15 +149,15 @@ impl<'a> CloneFrame<'a> {
 impl Clone for Value {
     fn clone(&self) -> Value {
         let mut stack = match CloneFrame::start(self) {
-            Ok(frame) => vec![frame],
-            Err(scalar) => return scalar,
+            Copying::Container(frame) => vec![frame],
+            Copying::Done(scalar) => return scalar,
         };
         loop {
             let top = stack.last_mut().expect("a container is being copied");
             match top.next_child() {
                 Some(child) => match CloneFrame::start(child) {
-                    Ok(frame) => stack.push(frame),
-                    Err(scalar) => top.push(scalar),
+                    Copying::Container(frame) => stack.push(frame),
+                    Copying::Done(scalar) => top.push(scalar),
                 },
                 None => {
                     let done = stack.pop().expect("a container is being copied").finish();
@@ -184,18 +183,15 @@ impl PartialEq for Value {
                     xs.len() == ys.len()
                 }
                 (Value::Object(xs), Value::Object(ys)) => {
-                    pending.extend(
-                        xs.entries
-                            .iter()
-                            .zip(ys.entries.iter())
-                            .map(|(x, y)| (&x.1, &y.1)),
-                    );
                     xs.len() == ys.len()
                         && xs
                             .entries
                             .iter()
-                            .zip(ys.entries.iter())
-                            .all(|(x, y)| x.0 == y.0)
+                            .zip(&ys.entries)
+                            .all(|((kx, x), (ky, y))| {
+                                pending.push((x, y));
+                                kx == ky
+                            })
                 }
                 (Value::Null, Value::Null) => true,
                 (Value::Bool(x), Value::Bool(y)) => x == y,
