@@ -6,17 +6,21 @@
 //! the checkpoint loads, the threads take tiles from a shared counter, and values stay on
 //! the host between the layers that the host computes (`results/CPU.md` has the numbers).
 //!
-//! Every output `y[r][n] = Σₖ x[r][k] · w[n][k] (+ b[n])` is one chain of fused
-//! multiply-adds over `k` in order, from zero, then the bias. Every kernel computes that
-//! same chain, so a row's output is bit for bit the same whichever kernel the CPU takes,
-//! however the rows are tiled, and whatever other rows share the GEMM. Added into an output
+//! Kernels, chosen at run time ([`Kernel::detect`]), fastest first:
+//! * AMX-BF16 (`f32_amx.rs`): tile products of exact bf16 splits of the f32 values, for
+//!   layers whose weights are f16 values (a checkpoint's are): about twice the FMA kernels'
+//!   rate, as close to the exact product as they are, not their bits.
+//! * AVX-512 (12 rows × 32 channels a tile) and AVX2 with FMA (6 rows × 16 channels): each
+//!   output `y[r][n] = Σₖ x[r][k] · w[n][k] (+ b[n])` is one chain of fused multiply-adds
+//!   over `k` in order, from zero, then the bias. Both compute that same chain, so their
+//!   bits are the same.
+//!
+//! A CPU with none keeps MLX's GEMM. With every kernel a row's output is bit for bit the same
+//! however the rows are tiled and whatever other rows share the GEMM. Added into an output
 //! ([`F32Linear::forward_add_into`]), that result is added as one more rounding.
 //!
-//! Kernels, chosen at run time ([`Kernel::detect`]): AVX-512 (12 rows × 32 channels a
-//! tile) and AVX2 with FMA (6 rows × 16 channels). A CPU with neither keeps MLX's GEMM.
-//!
-//! Weights are packed in blocks of 16 output channels, each block `[k][16]`: one 64-byte
-//! load is one input's weights for 16 channels.
+//! The FMA kernels' weights are packed in blocks of 16 output channels, each block `[k][16]`:
+//! one 64-byte load is one input's weights for 16 channels.
 //!
 //! ModernBERT's `Wi` feeds GeGLU, `GELU(a) · g` for its output's halves `[a | g]`. Packed
 //! with its halves paired ([`F32Linear::pair_halves`]), each 32-channel tile of the AVX-512
@@ -35,6 +39,9 @@ const BLOCK: usize = 16;
 /// (`results/CPU.md`). The rows are read again for each panel, 48 bytes per 24
 /// multiply-adds, which L2 (or L3) serves without holding up the kernel.
 const CHUNK_BYTES: usize = 2 * 1024 * 1024;
+/// The same for the AMX kernel, whose rows (three bf16 planes) are read again for each group
+/// of four blocks, against 256 KB of its weights at `k` = 1,024: both in L2 together.
+const AMX_CHUNK_BYTES: usize = 1024 * 1024;
 /// Work items each thread should have at least, for the threads to finish together.
 const ITEMS_PER_THREAD: usize = 32;
 /// Panels (of the kernel's tile width) one work item takes at most.
@@ -43,6 +50,8 @@ const MAX_PANELS_PER_ITEM: usize = 8;
 /// Which f32 kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
+    /// AMX-BF16 on exact bf16 splits (`f32_amx.rs`), with AVX-512F.
+    AmxBf16,
     /// AVX-512F.
     Avx512,
     /// AVX2 and FMA.
@@ -51,7 +60,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, fastest first.
-    pub const ALL: [Kernel; 2] = [Kernel::Avx512, Kernel::Avx2Fma];
+    pub const ALL: [Kernel; 3] = [Kernel::AmxBf16, Kernel::Avx512, Kernel::Avx2Fma];
 
     /// The fastest kernel this CPU runs, or `None` (then MLX's GEMM runs).
     pub fn detect() -> Option<Kernel> {
@@ -64,6 +73,7 @@ impl Kernel {
         {
             use std::arch::is_x86_feature_detected as has;
             match self {
+                Kernel::AmxBf16 => has!("avx512f") && crate::amx::ready(crate::amx::Unit::Bf16),
                 Kernel::Avx512 => has!("avx512f"),
                 Kernel::Avx2Fma => has!("avx2") && has!("fma"),
             }
@@ -74,9 +84,10 @@ impl Kernel {
         }
     }
 
-    /// A short name for logs: `avx512`, `avx2-fma`.
+    /// A short name for logs: `amx-bf16`, `avx512`, `avx2-fma`.
     pub fn name(self) -> &'static str {
         match self {
+            Kernel::AmxBf16 => "amx-bf16",
             Kernel::Avx512 => "avx512",
             Kernel::Avx2Fma => "avx2-fma",
         }
@@ -85,9 +96,25 @@ impl Kernel {
     /// Rows and 16-channel blocks of the kernel's full tile.
     fn tile(self) -> (usize, usize) {
         match self {
+            Kernel::AmxBf16 => (crate::f32_amx::ROWS, crate::f32_amx::GROUP),
             Kernel::Avx512 => (12, 2),
             Kernel::Avx2Fma => (6, 1),
         }
+    }
+}
+
+impl std::str::FromStr for Kernel {
+    type Err = String;
+
+    /// A kernel by its [`Kernel::name`].
+    fn from_str(s: &str) -> Result<Kernel, String> {
+        Kernel::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Kernel::ALL.iter().map(|k| k.name()).collect();
+                format!("no f32 kernel `{s}` (there are {})", names.join(", "))
+            })
     }
 }
 
@@ -96,43 +123,85 @@ impl Kernel {
 pub struct F32Linear {
     out: usize,
     k: usize,
-    /// `out / 16` blocks (rounded up) of `[k][16]`, one cache line per input (so no load
-    /// splits a line); channels past `out` are zero.
-    packed: Vec<Line>,
+    /// The kernel the weights are packed for.
+    kernel: Kernel,
+    weights: Weights,
     bias: Option<Vec<f32>>,
     /// With halves paired ([`F32Linear::pair_halves`]): `out / 2`, and packed block `2j`
     /// holds channels `16j …` and block `2j + 1` channels `out / 2 + 16j …`.
     half: Option<usize>,
 }
 
+/// A layer's weights, packed for its kernel.
+#[derive(Debug)]
+enum Weights {
+    /// For the FMA kernels: `out / 16` blocks (rounded up) of `[k][16]`, one cache line per
+    /// input (so no load splits a line); channels past `out` are zero.
+    Lines(Vec<Line>),
+    /// For AMX-BF16.
+    Planes(crate::f32_amx::Planes),
+}
+
 impl F32Linear {
     /// Packs the row-major `[out, k]` weight `w`, in f32 or any type that converts to it
-    /// exactly (the checkpoint's f16, read in place), and keeps the `[out]` bias.
-    pub fn new<T: Copy + Into<f32>>(
+    /// exactly (the checkpoint's f16, read in place), for `kernel`, and keeps the `[out]`
+    /// bias. A layer for AMX-BF16 whose weights are not all two bf16 values exactly (more
+    /// than f16's 11 significant bits) is packed for AVX-512 instead
+    /// ([`F32Linear::kernel`] says which runs).
+    ///
+    /// # Panics
+    /// If `kernel` is not [`Kernel::available`], or the shapes do not match.
+    pub fn new<T: Copy + Into<f32> + Sync>(
         w: &[T],
         out: usize,
         k: usize,
         bias: Option<Vec<f32>>,
+        kernel: Kernel,
     ) -> F32Linear {
+        assert!(
+            kernel.available(),
+            "the {} kernel needs a CPU that has it",
+            kernel.name()
+        );
         assert_eq!(w.len(), out * k, "weight is not [out, k]");
         if let Some(b) = &bias {
             assert_eq!(b.len(), out, "bias is not [out]");
         }
-        let blocks = out.div_ceil(BLOCK);
-        let mut packed = vec![Line([0.0; BLOCK]); blocks * k];
-        for (n, row) in w.chunks_exact(k.max(1)).enumerate().take(out) {
-            let (b, c) = (n / BLOCK, n % BLOCK);
-            for (line, &v) in packed[b * k..(b + 1) * k].iter_mut().zip(row) {
-                line.0[c] = v.into();
+        let planes = match kernel {
+            Kernel::AmxBf16 => crate::f32_amx::Planes::new(w, out, k),
+            Kernel::Avx512 | Kernel::Avx2Fma => None,
+        };
+        let (kernel, weights) = match planes {
+            Some(planes) => (kernel, Weights::Planes(planes)),
+            None => {
+                let blocks = out.div_ceil(BLOCK);
+                let mut packed = vec![Line([0.0; BLOCK]); blocks * k];
+                for (n, row) in w.chunks_exact(k.max(1)).enumerate().take(out) {
+                    let (b, c) = (n / BLOCK, n % BLOCK);
+                    for (line, &v) in packed[b * k..(b + 1) * k].iter_mut().zip(row) {
+                        line.0[c] = v.into();
+                    }
+                }
+                let kernel = match kernel {
+                    Kernel::AmxBf16 => Kernel::Avx512,
+                    other => other,
+                };
+                (kernel, Weights::Lines(packed))
             }
-        }
+        };
         F32Linear {
             out,
             k,
-            packed,
+            kernel,
+            weights,
             bias,
             half: None,
         }
+    }
+
+    /// The kernel that runs this layer.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
     }
 
     /// Repacks the weights so that each pair of packed blocks holds the same 16 channels of
@@ -149,16 +218,23 @@ impl F32Linear {
             return self;
         }
         let (blocks, k) = (self.out / BLOCK, self.k);
-        let mut paired = Vec::with_capacity(self.packed.len());
-        for b in 0..blocks {
-            let from = if b % 2 == 0 {
+        let from = |b: usize| {
+            if b.is_multiple_of(2) {
                 b / 2
             } else {
                 blocks / 2 + b / 2
-            };
-            paired.extend_from_slice(&self.packed[from * k..(from + 1) * k]);
-        }
-        self.packed = paired;
+            }
+        };
+        self.weights = match self.weights {
+            Weights::Lines(lines) => {
+                let mut paired = Vec::with_capacity(lines.len());
+                for b in 0..blocks {
+                    paired.extend_from_slice(&lines[from(b) * k..(from(b) + 1) * k]);
+                }
+                Weights::Lines(paired)
+            }
+            Weights::Planes(planes) => Weights::Planes(planes.reorder(blocks, from)),
+        };
         self.half = Some(half);
         self
     }
@@ -168,10 +244,10 @@ impl F32Linear {
         self.half.is_some()
     }
 
-    /// Whether [`F32Linear::forward_geglu_into`] runs with `kernel`: halves paired, and the
-    /// kernel's tile two blocks wide (AVX-512's).
-    pub fn fuses_geglu(&self, kernel: Kernel) -> bool {
-        self.half.is_some() && kernel.tile().1 == 2
+    /// Whether [`F32Linear::forward_geglu_into`] runs: halves paired, and the kernel's tile
+    /// a whole number of pairs of blocks wide (AVX-512's and AMX-BF16's).
+    pub fn fuses_geglu(&self) -> bool {
+        self.half.is_some() && self.kernel.tile().1.is_multiple_of(2)
     }
 
     /// The first output channel of packed block `b`.
@@ -195,14 +271,18 @@ impl F32Linear {
 
     /// Bytes held (weights and bias).
     pub fn bytes(&self) -> usize {
-        4 * (BLOCK * self.packed.len() + self.bias.as_ref().map_or(0, Vec::len))
+        let weights = match &self.weights {
+            Weights::Lines(lines) => std::mem::size_of_val(lines.as_slice()),
+            Weights::Planes(planes) => planes.bytes(),
+        };
+        weights + 4 * self.bias.as_ref().map_or(0, Vec::len)
     }
 
-    /// `x` is row-major `[rows, k]`; returns `[rows, out]`, computed by `kernel`.
-    pub fn forward(&self, x: &[f32], kernel: Kernel) -> Vec<f32> {
+    /// `x` is row-major `[rows, k]`; returns `[rows, out]`.
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
         let rows = x.len().checked_div(self.k).unwrap_or(0);
         let mut y = vec![0f32; rows * self.out];
-        self.forward_into(x, kernel, &mut y);
+        self.forward_into(x, &mut y);
         y
     }
 
@@ -210,9 +290,9 @@ impl F32Linear {
     /// is written), so that callers can hand out memory that is already mapped.
     ///
     /// # Panics
-    /// If `kernel` is not [`Kernel::available`], or the shapes do not match.
-    pub fn forward_into(&self, x: &[f32], kernel: Kernel, y: &mut [f32]) {
-        self.gemm(x, kernel, y, Store::Set);
+    /// If the shapes do not match.
+    pub fn forward_into(&self, x: &[f32], y: &mut [f32]) {
+        self.gemm(x, y, Store::Set);
     }
 
     /// GeGLU on the layer's output, `GELU(a) · g` for its halves `[a | g]`, into `y`
@@ -220,13 +300,13 @@ impl F32Linear {
     /// [`F32Linear::forward`]'s output, without that output.
     ///
     /// # Panics
-    /// If `!self.fuses_geglu(kernel)`, or as [`F32Linear::forward_into`].
-    pub fn forward_geglu_into(&self, x: &[f32], kernel: Kernel, y: &mut [f32]) {
+    /// If `!self.fuses_geglu()`, or as [`F32Linear::forward_into`].
+    pub fn forward_geglu_into(&self, x: &[f32], y: &mut [f32]) {
         assert!(
-            self.fuses_geglu(kernel),
-            "GeGLU in the store needs paired halves and a two-block tile"
+            self.fuses_geglu(),
+            "GeGLU in the store needs paired halves and tiles of whole pairs of blocks"
         );
-        self.gemm(x, kernel, y, Store::Geglu);
+        self.gemm(x, y, Store::Geglu);
     }
 
     /// `y += x · wᵀ (+ b)`: [`F32Linear::forward_into`] added to what `y` holds, the sum
@@ -235,16 +315,12 @@ impl F32Linear {
     ///
     /// # Panics
     /// As [`F32Linear::forward_into`].
-    pub fn forward_add_into(&self, x: &[f32], kernel: Kernel, y: &mut [f32]) {
-        self.gemm(x, kernel, y, Store::Add);
+    pub fn forward_add_into(&self, x: &[f32], y: &mut [f32]) {
+        self.gemm(x, y, Store::Add);
     }
 
-    fn gemm(&self, x: &[f32], kernel: Kernel, y: &mut [f32], store: Store) {
-        assert!(
-            kernel.available(),
-            "the {} kernel needs a CPU that has it",
-            kernel.name()
-        );
+    fn gemm(&self, x: &[f32], y: &mut [f32], store: Store) {
+        let kernel = self.kernel;
         assert_eq!(x.len() % self.k.max(1), 0, "input is not [rows, k]");
         let rows = x.len().checked_div(self.k).unwrap_or(0);
         assert_eq!(
@@ -261,7 +337,15 @@ impl F32Linear {
         // activations stay in the core's cache while the panels go by. The threads take
         // items in turn from a shared counter, so one that is held up (another process, a
         // slower core) leaves its share to the others instead of holding up the GEMM.
-        let chunk = (CHUNK_BYTES / (4 * self.k).max(1) / mr * mr).max(mr);
+        let packing = match kernel {
+            Kernel::AmxBf16 => RowPacking::Amx,
+            Kernel::Avx512 | Kernel::Avx2Fma => RowPacking::Fma { mr },
+        };
+        let chunk_bytes = match packing {
+            RowPacking::Amx => AMX_CHUNK_BYTES,
+            RowPacking::Fma { .. } => CHUNK_BYTES,
+        };
+        let chunk = (chunk_bytes / packing.tile_bytes(self.k).max(1)).max(1) * mr;
         let chunks = rows.div_ceil(chunk);
         let threads = crate::parallel::threads_for(
             chunks * blocks.div_ceil(nb),
@@ -281,7 +365,7 @@ impl F32Linear {
         // The calling thread's packing buffer, kept from call to call: a fresh one would
         // fault its pages in at every GEMM.
         let mut buffer = PACKED.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        let packed = PackedRows::new(x, self.k, rows, mr, chunk, &mut buffer);
+        let packed = PackedRows::new(x, self.k, rows, packing, chunk, &mut buffer);
         let work = || loop {
             let item = next.fetch_add(1, Ordering::Relaxed);
             if item >= items {
@@ -294,42 +378,70 @@ impl F32Linear {
                 blocks: b0..(b0 + wide).min(blocks),
             };
             let xs = packed.chunk(c);
-            // SAFETY: `xs` holds the item's rows packed for `mr`, and `y` holds
+            // SAFETY: `xs` holds the item's rows packed for the kernel, and `y` holds
             // `[rows, width]` (checked above) and outlives the threads; the kernel is
-            // available (checked above); each item is taken by one thread, which writes
-            // only that item's rows and channels. For GeGLU the kernel's tile is two blocks
-            // (`fuses_geglu`), so `wide` is even, every item starts at an even block, and a
-            // paired layer's blocks are an even number: the items hold whole pairs.
-            unsafe { self.run(xs, tile, out.ptr(), kernel, store) }
+            // available (checked in `new`); each item is taken by one thread, which writes
+            // only that item's rows and channels. For GeGLU the kernel's tile is whole pairs
+            // of blocks (`fuses_geglu`), so `wide` is even, every item starts at an even
+            // block, and a paired layer's blocks are an even number: the items hold whole
+            // pairs. For AMX-BF16 `wide` is whole groups, so every item starts a group.
+            unsafe { self.run(xs, tile, out.ptr(), store) }
         };
         crate::parallel::broadcast(threads, work);
         PACKED.with(|p| *p.borrow_mut() = buffer);
     }
 
     /// # Safety
-    /// As [`x86::avx512`].
-    unsafe fn run(&self, packed: &[f32], tile: Tile, y: *mut f32, kernel: Kernel, store: Store) {
+    /// As [`x86::avx512`], with `packed` the item's chunk packed for `self.kernel`.
+    unsafe fn run(&self, packed: &[u8], tile: Tile, y: *mut f32, store: Store) {
         #[cfg(target_arch = "x86_64")]
         {
             const SET: u8 = Store::Set as u8;
             const ADD: u8 = Store::Add as u8;
             const GEGLU: u8 = Store::Geglu as u8;
-            let x = packed.as_ptr();
-            match (kernel, store) {
-                (Kernel::Avx512, Store::Set) => x86::avx512::<SET>(self, x, tile, y),
-                (Kernel::Avx512, Store::Add) => x86::avx512::<ADD>(self, x, tile, y),
-                (Kernel::Avx512, Store::Geglu) => x86::avx512::<GEGLU>(self, x, tile, y),
-                (Kernel::Avx2Fma, Store::Set) => x86::avx2::<false>(self, x, tile, y),
-                (Kernel::Avx2Fma, Store::Add) => x86::avx2::<true>(self, x, tile, y),
-                (Kernel::Avx2Fma, Store::Geglu) => {
-                    unreachable!("`forward_geglu_into` checks for a two-block tile")
+            let x = packed.as_ptr() as *const f32;
+            match (self.kernel, store, &self.weights) {
+                (Kernel::AmxBf16, _, Weights::Planes(planes)) => {
+                    let (rows, blocks) = (tile.rows, tile.blocks);
+                    let group = crate::f32_amx::GROUP;
+                    crate::f32_amx::x86::gemm(
+                        planes,
+                        packed.as_ptr(),
+                        0..rows.len().div_ceil(crate::f32_amx::ROWS),
+                        blocks.start / group..blocks.end.div_ceil(group),
+                        |t, g, sums| {
+                            let r = rows.start + t * crate::f32_amx::ROWS;
+                            let tile_rows = r..(r + crate::f32_amx::ROWS).min(rows.end);
+                            x86::store_sums(self, store, sums, tile_rows, g * group, y);
+                        },
+                    )
+                }
+                (Kernel::Avx512, Store::Set, _) => x86::avx512::<SET>(self, x, tile, y),
+                (Kernel::Avx512, Store::Add, _) => x86::avx512::<ADD>(self, x, tile, y),
+                (Kernel::Avx512, Store::Geglu, _) => x86::avx512::<GEGLU>(self, x, tile, y),
+                (Kernel::Avx2Fma, Store::Set, _) => x86::avx2::<false>(self, x, tile, y),
+                (Kernel::Avx2Fma, Store::Add, _) => x86::avx2::<true>(self, x, tile, y),
+                (Kernel::Avx2Fma, Store::Geglu, _) => {
+                    unreachable!("`forward_geglu_into` checks for tiles of whole pairs")
+                }
+                (Kernel::AmxBf16, _, Weights::Lines(_)) => {
+                    unreachable!("`new` packs AMX-BF16 layers in planes")
                 }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (packed, tile, y, kernel, store);
+            let _ = (packed, tile, y, store);
             unreachable!("no f32 kernel is available off x86-64");
+        }
+    }
+
+    /// The FMA kernels' packed weights.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn lines(&self) -> &[Line] {
+        match &self.weights {
+            Weights::Lines(lines) => lines,
+            Weights::Planes(_) => unreachable!("`new` packs the FMA kernels' layers in lines"),
         }
     }
 }
@@ -337,8 +449,9 @@ impl F32Linear {
 thread_local! {
     /// The calling thread's [`PackedRows`] buffer, kept from GEMM to GEMM: a fresh one
     /// would fault its pages in at every call. It keeps the largest size it has held (a
-    /// 1,024-row group of `mlp.Wo`'s input is 11 MB).
-    static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// 1,024-row group of `mlp.Wo`'s input is 11 MB). Cache lines, so that AMX tiles in it
+    /// are aligned.
+    static PACKED: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A chunk nobody has claimed yet.
@@ -355,8 +468,9 @@ const SPINS: u32 = 64;
 
 /// One GEMM's activations, packed chunk by chunk by whichever thread first needs a chunk.
 ///
-/// The tile kernels read each input's `mr` row values from one place, so the rows are
-/// repacked as tiles `[k][mr]`. Each chunk is packed once, into one buffer every thread
+/// The FMA kernels read each input's `mr` row values from one place, so the rows are
+/// repacked as tiles `[k][mr]`; the AMX kernel reads them split into bf16 planes
+/// ([`crate::f32_amx::pack_rows`]). Each chunk is packed once, into one buffer every thread
 /// reads: packed by each thread that took one of its items, the rows cost twice the
 /// copying on two cores (4 % of a long forward's samples). A thread that finds its chunk
 /// being packed packs the next unclaimed chunks meanwhile, so nobody waits longer than the
@@ -366,12 +480,54 @@ struct PackedRows<'a> {
     x: &'a [f32],
     k: usize,
     rows: usize,
-    mr: usize,
+    packing: RowPacking,
     chunk: usize,
-    /// `[chunks][tiles][k][mr]`: chunk `c` from `c · chunk · k` (the kernels read no lane
-    /// past the last row).
-    buffer: *mut f32,
+    /// Row tiles, each [`RowPacking::tile_bytes`]: chunk `c` from tile `c · chunk / rows a
+    /// tile` (the kernels read no lane past the last row).
+    buffer: *mut u8,
     state: Vec<AtomicU8>,
+}
+
+/// How a GEMM's rows are packed for its kernel.
+#[derive(Debug, Clone, Copy)]
+enum RowPacking {
+    /// For an FMA kernel of `mr` rows a tile: tiles `[k][mr]` of f32.
+    Fma { mr: usize },
+    /// For AMX-BF16: [`crate::f32_amx::pack_rows`].
+    Amx,
+}
+
+impl RowPacking {
+    fn tile_rows(self) -> usize {
+        match self {
+            RowPacking::Fma { mr } => mr,
+            RowPacking::Amx => crate::f32_amx::ROWS,
+        }
+    }
+
+    /// Bytes of one row tile at `k` inputs.
+    fn tile_bytes(self, k: usize) -> usize {
+        match self {
+            RowPacking::Fma { mr } => 4 * mr * k,
+            RowPacking::Amx => crate::f32_amx::row_tile_bytes(k),
+        }
+    }
+
+    /// Packs `rows` of `x` (`[_, k]`) into `dst`, whole row tiles.
+    fn pack(self, x: &[f32], k: usize, rows: std::ops::Range<usize>, dst: &mut [u8]) {
+        match self {
+            RowPacking::Fma { mr } => {
+                // SAFETY: the buffer is cache lines and a chunk starts at a multiple of 4
+                // bytes (whole tiles of f32), so `dst` is aligned for f32, whose values any
+                // bytes are; the length is whole f32 values.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len() / 4)
+                };
+                pack_rows(x, k, rows, mr, dst)
+            }
+            RowPacking::Amx => crate::f32_amx::pack_rows(x, k, rows, dst),
+        }
+    }
 }
 
 // SAFETY: a chunk's part of `buffer` is written by the one thread that claimed it (the
@@ -383,21 +539,22 @@ impl<'a> PackedRows<'a> {
         x: &'a [f32],
         k: usize,
         rows: usize,
-        mr: usize,
+        packing: RowPacking,
         chunk: usize,
-        buffer: &'a mut Vec<f32>,
+        buffer: &'a mut Vec<Line>,
     ) -> PackedRows<'a> {
-        let len = rows.next_multiple_of(mr) * k;
-        if buffer.len() < len {
-            buffer.resize(len, 0.0);
+        let bytes = rows.div_ceil(packing.tile_rows()) * packing.tile_bytes(k);
+        let lines = bytes.div_ceil(std::mem::size_of::<Line>());
+        if buffer.len() < lines {
+            buffer.resize(lines, Line([0.0; BLOCK]));
         }
         PackedRows {
             x,
             k,
             rows,
-            mr,
+            packing,
             chunk,
-            buffer: buffer.as_mut_ptr(),
+            buffer: buffer.as_mut_ptr() as *mut u8,
             state: (0..rows.div_ceil(chunk))
                 .map(|_| AtomicU8::new(UNPACKED))
                 .collect(),
@@ -405,7 +562,7 @@ impl<'a> PackedRows<'a> {
     }
 
     /// Chunk `c`'s rows, packed.
-    fn chunk(&self, c: usize) -> &[f32] {
+    fn chunk(&self, c: usize) -> &[u8] {
         let mut spins = 0;
         loop {
             match self.state[c].load(Ordering::Acquire) {
@@ -455,23 +612,20 @@ impl<'a> PackedRows<'a> {
         // SAFETY: this thread alone claimed the chunk, and no thread reads it before `READY`.
         let dst = unsafe { std::slice::from_raw_parts_mut(self.buffer.add(start), end - start) };
         let r0 = c * self.chunk;
-        pack_rows(
-            self.x,
-            self.k,
-            r0..(r0 + self.chunk).min(self.rows),
-            self.mr,
-            dst,
-        );
+        self.packing
+            .pack(self.x, self.k, r0..(r0 + self.chunk).min(self.rows), dst);
         std::mem::forget(guard);
         state.store(READY, Ordering::Release);
         true
     }
 
-    /// Chunk `c`'s part of the buffer.
+    /// Chunk `c`'s part of the buffer, in bytes. Chunks are whole row tiles, and tiles of
+    /// AMX-BF16 rows whole cache lines: an AMX chunk starts at a cache line.
     fn bounds(&self, c: usize) -> (usize, usize) {
-        let r0 = c * self.chunk;
-        let tiles = ((r0 + self.chunk).min(self.rows) - r0).div_ceil(self.mr);
-        (r0 * self.k, (r0 + tiles * self.mr) * self.k)
+        let (r0, mr) = (c * self.chunk, self.packing.tile_rows());
+        let tiles = ((r0 + self.chunk).min(self.rows) - r0).div_ceil(mr);
+        let bytes = self.packing.tile_bytes(self.k);
+        (r0 / mr * bytes, (r0 / mr + tiles) * bytes)
     }
 }
 
@@ -574,7 +728,11 @@ mod x86 {
 
     #[cfg(doc)]
     use super::pack_rows;
+    use std::ops::Range;
+
     use super::{F32Linear, Store, Tile, BLOCK};
+    use crate::f32_amx::x86::Sums;
+    use crate::f32_amx::GROUP;
 
     /// [`super::pack_tile`] for 12 rows in 4 × 4 transposes: for each 16 inputs, 4 rows'
     /// loads become 4 vectors that hold, in each 128-bit lane, one input's 4 rows, stored
@@ -663,7 +821,7 @@ mod x86 {
     ) {
         let k = lin.k;
         let stride = BLOCK * k;
-        let w = (lin.packed.as_ptr() as *const f32).add(b0 * stride);
+        let w = (lin.lines().as_ptr() as *const f32).add(b0 * stride);
         let mut acc = [[_mm512_setzero_ps(); NB]; MR];
         for kk in 0..k {
             let mut wv = [_mm512_setzero_ps(); NB];
@@ -727,6 +885,70 @@ mod x86 {
         }
     }
 
+    /// The AMX-BF16 kernel's sums of one row tile (`rows`, at most 16) against the group of
+    /// blocks from `b0`, into `y` as `store` says, with the bias: the operations of
+    /// [`tile512`]'s stores on the same sums.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; `y` as [`avx512`] says, for `store`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn store_sums(
+        lin: &F32Linear,
+        store: Store,
+        sums: &Sums,
+        rows: Range<usize>,
+        b0: usize,
+        y: *mut f32,
+    ) {
+        let blocks = lin.out.div_ceil(BLOCK);
+        let biased = |s: __m512, n0: usize, mask: __mmask16| match &lin.bias {
+            Some(b) => _mm512_add_ps(s, _mm512_maskz_loadu_ps(mask, b.as_ptr().add(n0))),
+            None => s,
+        };
+        for (i, r) in rows.enumerate() {
+            let sum = |j: usize| _mm512_loadu_ps(sums[j].as_ptr().add(i * BLOCK));
+            if store == Store::Geglu {
+                // Blocks `b` and `b + 1` are the same 16 channels of the two halves, whole;
+                // a group holds two such pairs (or padding past the last).
+                let half = lin.out / 2;
+                for j in (0..GROUP).step_by(2) {
+                    if b0 + j >= blocks {
+                        break;
+                    }
+                    let n0 = lin.column(b0 + j);
+                    let (mut a, mut g) = ([0f32; BLOCK], [0f32; BLOCK]);
+                    _mm512_storeu_ps(a.as_mut_ptr(), biased(sum(j), n0, !0));
+                    _mm512_storeu_ps(g.as_mut_ptr(), biased(sum(j + 1), half + n0, !0));
+                    // SAFETY: `y` is `[rows, half]` and `n0 + 16 ≤ half`; this tile's thread
+                    // alone writes these 16 values.
+                    let at = std::slice::from_raw_parts_mut(y.add(r * half + n0), BLOCK);
+                    crate::host::geglu_row_portable(&a, &g, at);
+                }
+                continue;
+            }
+            for j in 0..GROUP {
+                if b0 + j >= blocks {
+                    break;
+                }
+                let n0 = lin.column(b0 + j);
+                let lanes = (lin.out - n0).min(BLOCK);
+                let mask: __mmask16 = if lanes == BLOCK {
+                    !0
+                } else {
+                    (1u16 << lanes) - 1
+                };
+                let v = biased(sum(j), n0, mask);
+                let at = y.add(r * lin.out + n0);
+                let v = if store == Store::Add {
+                    _mm512_add_ps(_mm512_maskz_loadu_ps(mask, at), v)
+                } else {
+                    v
+                };
+                _mm512_mask_storeu_ps(at, mask, v);
+            }
+        }
+    }
+
     /// AVX2 with FMA: 6 rows × 16 channels a tile (12 sums in two 256-bit halves a block).
     ///
     /// # Safety
@@ -765,7 +987,7 @@ mod x86 {
     ) {
         let k = lin.k;
         let stride = BLOCK * k;
-        let w = (lin.packed.as_ptr() as *const f32).add(b0 * stride);
+        let w = (lin.lines().as_ptr() as *const f32).add(b0 * stride);
         let mut acc = [[[_mm256_setzero_ps(); 2]; NB]; MR];
         for kk in 0..k {
             let mut wv = [[_mm256_setzero_ps(); 2]; NB];
@@ -826,16 +1048,17 @@ mod tests {
 
     /// Paired halves change nothing a plain call returns, on any kernel, and the fused
     /// GeGLU gives the bits of `host::geglu` on the plain output: row counts around the
-    /// 12-row tile, several 2 MB chunks of rows, ragged `k`, a bias, halves of one to 256
-    /// blocks (enough that work items take several pairs, as `Wi`'s 164 do), and one that
+    /// 12- and 16-row tiles, several chunks of rows, ragged `k`, a bias, halves of one to
+    /// 256 blocks (enough that work items take several pairs, as `Wi`'s 164 do; and odd
+    /// numbers of pairs, which leave a group of AMX blocks half padding), and one that
     /// cannot pair, which stays as it is.
     #[test]
     fn paired_halves_and_the_fused_geglu_give_the_two_steps_bits() {
         let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
         if !kernels.iter().any(|&k| {
-            F32Linear::new(&[0.0; 32], 32, 1, None)
+            F32Linear::new(&[0.0; 32], 32, 1, None, k)
                 .pair_halves()
-                .fuses_geglu(k)
+                .fuses_geglu()
         }) {
             println!("no two-block kernel on this CPU: the fused GeGLU is not checked");
         }
@@ -852,31 +1075,35 @@ mod tests {
         .enumerate()
         {
             let out = 2 * inter;
-            let w = values(out * k, 11 + i as u64);
+            // f16 values, as a checkpoint's weights are: the AMX kernel runs on those.
+            let w: Vec<f32> = values(out * k, 11 + i as u64)
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_f32())
+                .collect();
             let x: Vec<f32> = values(rows * k, 23 + i as u64)
                 .iter()
                 .map(|v| 3.0 * v)
                 .collect();
             let bias = values(out, 37 + i as u64);
-            let plain = F32Linear::new(&w, out, k, Some(bias.clone()));
-            let paired = F32Linear::new(&w, out, k, Some(bias)).pair_halves();
-            assert_eq!(
-                paired.pairs_halves(),
-                inter.is_multiple_of(16),
-                "inter {inter}"
-            );
             for &kernel in &kernels {
-                let want = plain.forward(&x, kernel);
+                let plain = F32Linear::new(&w, out, k, Some(bias.clone()), kernel);
+                let paired = F32Linear::new(&w, out, k, Some(bias.clone()), kernel).pair_halves();
+                assert_eq!(
+                    paired.pairs_halves(),
+                    inter.is_multiple_of(16),
+                    "inter {inter}"
+                );
+                let want = plain.forward(&x);
                 let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                 assert_eq!(
-                    bits(&paired.forward(&x, kernel)),
+                    bits(&paired.forward(&x)),
                     bits(&want),
                     "{} at {rows}x{out}x{k}",
                     kernel.name()
                 );
-                if paired.fuses_geglu(kernel) {
+                if paired.fuses_geglu() {
                     let mut got = vec![f32::NAN; rows * inter];
-                    paired.forward_geglu_into(&x, kernel, &mut got);
+                    paired.forward_geglu_into(&x, &mut got);
                     assert_eq!(
                         bits(&got),
                         bits(&crate::host::geglu(&want, inter)),

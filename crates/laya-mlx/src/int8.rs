@@ -109,7 +109,7 @@ impl Kernel {
             use std::arch::is_x86_feature_detected as has;
             let vnni512 = has!("avx512f") && has!("avx512bw") && has!("avx512vnni");
             match self {
-                Kernel::Amx => vnni512 && x86::amx_ready(),
+                Kernel::Amx => vnni512 && crate::amx::ready(crate::amx::Unit::Int8),
                 Kernel::Avx512Vnni => vnni512,
                 Kernel::AvxVnni => has!("avx2") && has!("avxvnni"),
                 Kernel::Avx2 => has!("avx2"),
@@ -617,57 +617,7 @@ mod x86 {
     use std::ops::Range;
 
     use super::{Int8Linear, Layout, Plane, AMX_K, AMX_ROWS, BLOCK};
-
-    /// Whether the CPU has AMX-INT8 and Linux lets this process use the tile registers
-    /// (asked once: `ARCH_REQ_XCOMP_PERM` for `XFEATURE_XTILEDATA`, then read back).
-    pub(super) fn amx_ready() -> bool {
-        static READY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *READY.get_or_init(|| {
-            // CPUID leaf 7: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
-            let leaf = __cpuid_count(7, 0);
-            if leaf.edx & (3 << 24) != 3 << 24 {
-                return false;
-            }
-            amx_permitted()
-        })
-    }
-
-    #[cfg(target_os = "linux")]
-    fn amx_permitted() -> bool {
-        const ARCH_GET_XCOMP_PERM: libc::c_long = 0x1022;
-        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-        const XFEATURE_XTILEDATA: libc::c_long = 18;
-        let mut granted: u64 = 0;
-        // SAFETY: the two `arch_prctl` requests take an integer and a pointer to a u64.
-        unsafe {
-            libc::syscall(
-                libc::SYS_arch_prctl,
-                ARCH_REQ_XCOMP_PERM,
-                XFEATURE_XTILEDATA,
-            ) == 0
-                && libc::syscall(
-                    libc::SYS_arch_prctl,
-                    ARCH_GET_XCOMP_PERM,
-                    &mut granted as *mut u64,
-                ) == 0
-                && granted & (1 << XFEATURE_XTILEDATA) != 0
-        }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn amx_permitted() -> bool {
-        false
-    }
-
-    /// `ldtilecfg`'s 64 bytes: palette 1, then each tile's bytes a row and rows.
-    #[repr(C, align(64))]
-    struct TileConfig {
-        palette: u8,
-        start_row: u8,
-        reserved: [u8; 14],
-        colsb: [u16; 16],
-        rows: [u8; 16],
-    }
+    use crate::amx::TileConfig;
 
     /// AMX-INT8: tiles of 32 rows × 32 channels (four 16 × 16 sums `tmm0`-`tmm3`; two
     /// activation tiles `tmm4`, `tmm5`; two weight tiles `tmm6`, `tmm7`), over `k` 64 bytes a
@@ -684,23 +634,9 @@ mod x86 {
         blocks: Range<usize>,
         y: *mut f32,
     ) {
-        let mut cfg = TileConfig {
-            palette: 1,
-            start_row: 0,
-            reserved: [0; 14],
-            colsb: [0; 16],
-            rows: [0; 16],
-        };
-        for t in 0..8 {
-            cfg.colsb[t] = (AMX_ROWS * 4) as u16;
-            cfg.rows[t] = AMX_ROWS as u8;
-        }
-        // The configuration is loaded once a call (per block it cost a quarter of the
-        // kernel's time at 207 rows) and released at the end, so it is the one piece of
-        // tile state assumed to last from one `asm!` block to the next: nothing else
-        // touches it, as this crate enables no AMX target feature and so the compiler emits
-        // no tile instruction. The sums live in the tiles within one block only.
-        std::arch::asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly));
+        // Loaded once a call: per block it cost a quarter of the kernel's time at 207 rows.
+        let cfg = TileConfig::full();
+        cfg.load();
         debug_assert_eq!(acts.layout, Layout::Tiles, "AMX reads tiled activations");
         let k4 = lin.k4;
         let block_bytes = BLOCK * k4;
@@ -777,7 +713,7 @@ mod x86 {
             }
             r += 2 * AMX_ROWS;
         }
-        std::arch::asm!("tilerelease", options(nostack, nomem));
+        TileConfig::release();
     }
 
     /// The four activation bytes `a[r][4g..4g + 4]` as one 32-bit lane value.

@@ -5,7 +5,7 @@
 use mlx_rs::error::Exception;
 use mlx_rs::{fast, ops, Array, Dtype};
 
-use crate::f32_linear::{self, F32Linear};
+use crate::f32_linear::F32Linear;
 use crate::int8::{Activations, Int8Linear, Kernel};
 use crate::settings::Kernels;
 
@@ -20,10 +20,7 @@ pub(crate) enum Linear {
 /// with `--int8` in int8 ([`crate::int8`]).
 #[derive(Debug)]
 pub(crate) enum HostLinear {
-    F32 {
-        layer: F32Linear,
-        kernel: f32_linear::Kernel,
-    },
+    F32(F32Linear),
     Int8(Quantized),
 }
 
@@ -100,11 +97,11 @@ impl Linear {
                     let values = w.try_as_slice::<half::f16>().map_err(|e| {
                         Exception::custom(format!("reading a linear layer's values: {e}"))
                     })?;
-                    F32Linear::new(values, out, k, bias)
+                    F32Linear::new(values, out, k, bias, kernel)
                 } else {
-                    F32Linear::new(&host_values(weight)?, out, k, bias)
+                    F32Linear::new(&host_values(weight)?, out, k, bias, kernel)
                 };
-                Ok(Linear::Host(HostLinear::F32 { layer, kernel }))
+                Ok(Linear::Host(HostLinear::F32(layer)))
             }
             None => Linear::new(weight, bias, kernels.upcast),
         }
@@ -135,10 +132,9 @@ impl Linear {
     /// other layer as it is.
     pub fn for_geglu(self) -> Self {
         match self {
-            Linear::Host(HostLinear::F32 { layer, kernel }) => Linear::Host(HostLinear::F32 {
-                layer: layer.pair_halves(),
-                kernel,
-            }),
+            Linear::Host(HostLinear::F32(layer)) => {
+                Linear::Host(HostLinear::F32(layer.pair_halves()))
+            }
             other => other,
         }
     }
@@ -156,7 +152,7 @@ impl HostLinear {
     /// Output channels.
     pub fn out_features(&self) -> usize {
         match self {
-            HostLinear::F32 { layer, .. } => layer.out_features(),
+            HostLinear::F32(layer) => layer.out_features(),
             HostLinear::Int8(q) => q.layer.out_features(),
         }
     }
@@ -166,7 +162,7 @@ impl HostLinear {
     /// returns the `[rows, out]` values, the same bits as [`Linear::forward`].
     pub fn forward_host<'b>(&self, x: &[f32], buf: &'b mut Vec<f32>) -> &'b [f32] {
         let (k, out) = match self {
-            HostLinear::F32 { layer, .. } => (layer.in_features(), layer.out_features()),
+            HostLinear::F32(layer) => (layer.in_features(), layer.out_features()),
             HostLinear::Int8(q) => (q.layer.in_features(), q.layer.out_features()),
         };
         let n = x.len() / k.max(1) * out;
@@ -184,7 +180,7 @@ impl HostLinear {
     /// [`HostLinear::forward_host`].
     pub fn forward_add(&self, x: &[f32], y: &mut [f32], buf: &mut Vec<f32>) {
         match self {
-            HostLinear::F32 { layer, kernel } => layer.forward_add_into(x, *kernel, y),
+            HostLinear::F32(layer) => layer.forward_add_into(x, y),
             HostLinear::Int8(_) => crate::host::add_assign(y, self.forward_host(x, buf)),
         }
     }
@@ -194,10 +190,10 @@ impl HostLinear {
     /// ([`F32Linear::fuses_geglu`]), else through `wide`. The same bits either way.
     pub fn forward_geglu(&self, x: &[f32], wide: &mut Vec<f32>, out: &mut Vec<f32>) {
         match self {
-            HostLinear::F32 { layer, kernel } if layer.fuses_geglu(*kernel) => {
+            HostLinear::F32(layer) if layer.fuses_geglu() => {
                 let rows = x.len() / layer.in_features().max(1);
                 out.resize(rows * layer.out_features() / 2, 0.0);
-                layer.forward_geglu_into(x, *kernel, out);
+                layer.forward_geglu_into(x, out);
             }
             _ => crate::host::geglu_into(self.forward_host(x, wide), self.out_features() / 2, out),
         }
@@ -206,7 +202,7 @@ impl HostLinear {
     /// [`HostLinear::forward_host`] into `y`, which must hold exactly `[rows, out]`.
     pub fn forward_into(&self, x: &[f32], y: &mut [f32]) {
         match self {
-            HostLinear::F32 { layer, kernel } => layer.forward_into(x, *kernel, y),
+            HostLinear::F32(layer) => layer.forward_into(x, y),
             HostLinear::Int8(q) => q.layer.forward_into(x, q.kernel, q.activations, y),
         }
     }

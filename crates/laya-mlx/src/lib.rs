@@ -29,11 +29,13 @@
 //! ```
 #![warn(missing_docs)]
 
+mod amx;
 mod attention;
 pub mod backend;
 mod encoder;
 mod engine;
 mod error;
+mod f32_amx;
 pub mod f32_linear;
 mod head;
 mod host;

@@ -106,6 +106,9 @@ pub struct EngineSettings {
     /// `None` does so on the CPU in f32 when the CPU has an f32 kernel
     /// ([`crate::f32_linear::Kernel::detect`]); `Some(true)` without one is an error.
     pub host_gemm: Option<bool>,
+    /// The kernel of the host's f32 GEMMs; `None` takes the CPU's fastest
+    /// ([`crate::f32_linear::Kernel::detect`]). One the CPU lacks is an error.
+    pub host_gemm_kernel: Option<crate::f32_linear::Kernel>,
 }
 
 /// How the forward's kernels run, resolved from [`EngineSettings`] and the device when the

@@ -1,5 +1,6 @@
-//! The host's f32 linear layers: every kernel this CPU runs gives the same bits, a row's
-//! output does not depend on the rows beside it, and the result is the f32 product.
+//! The host's f32 linear layers: every kernel this CPU runs gives the f32 product, as close as
+//! the FMA chain, the FMA kernels the same bits, and a row's output does not depend on the
+//! rows beside it.
 
 use laya_mlx::f32_linear::{F32Linear, Kernel};
 
@@ -33,22 +34,37 @@ fn reference(x: &[f32], w: &[f32], bias: &[f32], k: usize, r: usize, n: usize) -
     (exact + bias[n] as f64, size + bias[n].abs() as f64)
 }
 
-#[test]
-fn every_kernel_gives_the_same_bits_and_the_product() {
-    let mut v = Values(0x2468_ace0_1357_9bdf);
+/// The kernels this CPU runs.
+fn kernels() -> Vec<Kernel> {
     let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
     println!(
         "f32 kernels checked on this CPU: {:?}",
         kernels.iter().map(|k| k.name()).collect::<Vec<_>>()
     );
+    kernels
+}
+
+/// `n` weights that are f16 values, as a checkpoint's are (the AMX kernel's split needs it).
+fn f16_values(v: &mut Values, n: usize) -> Vec<f32> {
+    v.take(n)
+        .into_iter()
+        .map(|w| half::f16::from_f32(w).to_f32())
+        .collect()
+}
+
+#[test]
+fn every_kernel_gives_the_product_and_the_fma_kernels_the_same_bits() {
+    let mut v = Values(0x2468_ace0_1357_9bdf);
+    let kernels = kernels();
     for &(rows, out, k) in &SHAPES {
-        let w = v.take(out * k);
+        let w = f16_values(&mut v, out * k);
         let x = v.take(rows * k);
         let bias = v.take(out);
-        let layer = F32Linear::new(&w, out, k, Some(bias.clone()));
         let mut first: Option<Vec<f32>> = None;
         for &kernel in &kernels {
-            let y = layer.forward(&x, kernel);
+            let layer = F32Linear::new(&w, out, k, Some(bias.clone()), kernel);
+            assert_eq!(layer.kernel(), kernel, "f16 weights run on every kernel");
+            let y = layer.forward(&x);
             for r in 0..rows {
                 for n in 0..out {
                     let (exact, size) = reference(&x, &w, &bias, k, r, n);
@@ -62,56 +78,104 @@ fn every_kernel_gives_the_same_bits_and_the_product() {
                     );
                 }
             }
+            if kernel == Kernel::AmxBf16 {
+                continue;
+            }
             match &first {
                 None => first = Some(y),
                 Some(want) => assert!(
                     same_bits(&y, want),
-                    "{} differs from {} at {rows}x{out}x{k}",
+                    "{} differs from the first FMA kernel at {rows}x{out}x{k}",
                     kernel.name(),
-                    kernels[0].name()
                 ),
             }
         }
     }
 }
 
+/// Over a long `k`, the AMX kernel's sums are nearer the exact product than the FMA chain's
+/// (what the split's five products leave out is below f32's rounding of each), and a layer
+/// whose weights are not two bf16 values each runs on AVX-512 instead.
+#[test]
+fn the_amx_split_is_as_close_as_the_fma_chain_and_needs_f16_weights() {
+    if !Kernel::AmxBf16.available() {
+        println!("no AMX-BF16 on this CPU: nothing to check");
+        return;
+    }
+    let mut v = Values(0x0f16_b0f1_6000_0001);
+    let (rows, out, k) = (48, 64, 2624);
+    let w = f16_values(&mut v, out * k);
+    let x: Vec<f32> = v.take(rows * k).iter().map(|x| 3.0 * x).collect();
+    let zero = vec![0f32; out];
+    let error = |kernel: Kernel| {
+        let y = F32Linear::new(&w, out, k, None, kernel).forward(&x);
+        let (mut sum, mut worst) = (0f64, 0f64);
+        for r in 0..rows {
+            for n in 0..out {
+                let (exact, size) = reference(&x, &w, &zero, k, r, n);
+                let e = (y[r * out + n] as f64 - exact).abs() / size;
+                sum += e;
+                worst = worst.max(e);
+            }
+        }
+        (sum / (rows * out) as f64, worst)
+    };
+    let (amx, fma) = (error(Kernel::AmxBf16), error(Kernel::Avx512));
+    println!(
+        "error over the terms' size, mean and largest: AMX {:.3e} {:.3e}, FMA {:.3e} {:.3e}",
+        amx.0, amx.1, fma.0, fma.1
+    );
+    assert!(
+        amx.0 <= fma.0 && amx.1 <= fma.1,
+        "AMX {amx:?} against FMA {fma:?}"
+    );
+
+    // One weight with more bits than two bf16 values hold (15 after the leading one).
+    let mut wide = w.clone();
+    wide[5] = 1.0 + 2f32.powi(-9) + 2f32.powi(-23);
+    let layer = F32Linear::new(&wide, out, k, None, Kernel::AmxBf16);
+    assert_eq!(layer.kernel(), Kernel::Avx512);
+    let want = F32Linear::new(&wide, out, k, None, Kernel::Avx512).forward(&x);
+    assert!(same_bits(&layer.forward(&x), &want));
+}
+
 #[test]
 fn a_row_gives_the_same_bits_alone_and_among_others() {
-    let Some(kernel) = Kernel::detect() else {
-        println!("no f32 kernel on this CPU: MLX's GEMM runs");
-        return;
-    };
     let mut v = Values(0x0ddb_a11c_afe5_eed6);
     let (rows, out, k) = (157, 96, 300);
-    let layer = F32Linear::new(&v.take(out * k), out, k, None);
+    let w = f16_values(&mut v, out * k);
     let x = v.take(rows * k);
-    let all = layer.forward(&x, kernel);
-    for r in 0..rows {
-        let alone = layer.forward(&x[r * k..(r + 1) * k], kernel);
-        let among = &all[r * out..(r + 1) * out];
-        assert!(
-            same_bits(&alone, among),
-            "row {r} changed with its neighbours ({})",
-            kernel.name()
-        );
+    for kernel in kernels() {
+        let layer = F32Linear::new(&w, out, k, None, kernel);
+        let all = layer.forward(&x);
+        for r in 0..rows {
+            let alone = layer.forward(&x[r * k..(r + 1) * k]);
+            let among = &all[r * out..(r + 1) * out];
+            assert!(
+                same_bits(&alone, among),
+                "row {r} changed with its neighbours ({})",
+                kernel.name()
+            );
+        }
     }
 }
 
 #[test]
 fn adding_into_the_output_gives_the_bits_of_a_separate_add() {
     let mut v = Values(0x5eed_0fad_d1e5_0001);
-    for kernel in Kernel::ALL.into_iter().filter(|k| k.available()) {
+    for kernel in kernels() {
         for &(rows, out, k) in &SHAPES {
-            let layer = F32Linear::new(&v.take(out * k), out, k, Some(v.take(out)));
+            let w = f16_values(&mut v, out * k);
+            let layer = F32Linear::new(&w, out, k, Some(v.take(out)), kernel);
             let x = v.take(rows * k);
             let residual = v.take(rows * out);
             let want: Vec<f32> = residual
                 .iter()
-                .zip(layer.forward(&x, kernel))
+                .zip(layer.forward(&x))
                 .map(|(r, y)| r + y)
                 .collect();
             let mut got = residual.clone();
-            layer.forward_add_into(&x, kernel, &mut got);
+            layer.forward_add_into(&x, &mut got);
             assert!(
                 same_bits(&got, &want),
                 "{} at {rows}x{out}x{k}",

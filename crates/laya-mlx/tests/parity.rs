@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::common::{checkpoint, reference_passes, RefPass};
 use laya_core::engine::{Forward, Row};
 use laya_fixtures::max_logit_diff;
+use laya_mlx::f32_linear::Kernel;
 use laya_mlx::{EngineSettings, MlxEngine, Precision, SlidingAttention};
 
 /// f32 tolerance: option logits `|ours − ref| <= 1e-4`; act logits
@@ -26,6 +27,9 @@ const F16_ATOL: f32 = 1e-1;
 struct Errors {
     logits: f32,
     act: f32,
+    /// Σ |error| over the option logits, and how many.
+    logit_sum: f64,
+    logit_count: usize,
     worst: String,
     failures: Vec<String>,
 }
@@ -52,6 +56,10 @@ fn compare(passes: &[RefPass], engine: &mut MlxEngine, atol: f32, act_rtol: f32)
             ] {
                 for (s, (&g, &w)) in g.iter().zip(w.iter()).enumerate() {
                     let err = (g - w).abs();
+                    if kind == "logit" {
+                        e.logit_sum += err as f64;
+                        e.logit_count += 1;
+                    }
                     let max = if kind == "logit" {
                         &mut e.logits
                     } else {
@@ -77,41 +85,60 @@ fn compare(passes: &[RefPass], engine: &mut MlxEngine, atol: f32, act_rtol: f32)
     e
 }
 
+/// Every pass of `ckpt`'s references at `precision`; in f32 once with each of the host's
+/// GEMM kernels this CPU has (the default one, the fastest, is one of them).
 fn parity(ckpt: &str, precision: Precision) {
     let passes = reference_passes(ckpt);
-    let settings = EngineSettings {
-        precision: Some(precision),
-        ..EngineSettings::default()
+    let kernels: Vec<Option<Kernel>> = match precision {
+        Precision::F32 => Kernel::ALL
+            .into_iter()
+            .filter(|k| k.available())
+            .map(Some)
+            .collect(),
+        Precision::F16 => Vec::new(),
     };
-    let mut engine = MlxEngine::load(&checkpoint(ckpt), &settings).expect("checkpoint loads");
-    assert_eq!(engine.precision(), precision);
-    let started = Instant::now();
-    let (atol, rtol) = match precision {
-        Precision::F32 => (F32_ATOL, F32_ACT_RTOL),
-        Precision::F16 => (F16_ATOL, 0.0),
-    };
-    let e = compare(&passes, &mut engine, atol, rtol);
-    let rows: usize = passes.iter().map(|p| p.rows.len()).sum();
-    println!(
-        "{ckpt} {}: {} passes, {rows} rows in {:.2?}; max |error| logits {:.3e}, act logits {:.3e} (worst logit: {})",
-        precision.name(),
-        passes.len(),
-        started.elapsed(),
-        e.logits,
-        e.act,
-        e.worst
-    );
-    assert!(
-        e.failures.is_empty(),
-        "{} values outside |err| <= {atol} (+ {rtol}·|ref| on act logits), first ones:\n{}",
-        e.failures.len(),
-        e.failures
-            .iter()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    for kernel in if kernels.is_empty() {
+        vec![None]
+    } else {
+        kernels
+    } {
+        let settings = EngineSettings {
+            precision: Some(precision),
+            host_gemm_kernel: kernel,
+            ..EngineSettings::default()
+        };
+        let mut engine = MlxEngine::load(&checkpoint(ckpt), &settings).expect("checkpoint loads");
+        assert_eq!(engine.precision(), precision);
+        let started = Instant::now();
+        let (atol, rtol) = match precision {
+            Precision::F32 => (F32_ATOL, F32_ACT_RTOL),
+            Precision::F16 => (F16_ATOL, 0.0),
+        };
+        let e = compare(&passes, &mut engine, atol, rtol);
+        let rows: usize = passes.iter().map(|p| p.rows.len()).sum();
+        println!(
+            "{ckpt} {}{}: {} passes, {rows} rows in {:.2?}; |error| on logits max {:.3e}, mean {:.3e}; act logits max {:.3e} (worst logit: {})",
+            precision.name(),
+            kernel.map_or(String::new(), |k| format!(" ({})", k.name())),
+            passes.len(),
+            started.elapsed(),
+            e.logits,
+            e.logit_sum / e.logit_count.max(1) as f64,
+            e.act,
+            e.worst
+        );
+        assert!(
+            e.failures.is_empty(),
+            "{} values outside |err| <= {atol} (+ {rtol}·|ref| on act logits), first ones:\n{}",
+            e.failures.len(),
+            e.failures
+                .iter()
+                .take(20)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
 }
 
 #[test]

@@ -174,6 +174,10 @@ pub struct EngineArgs {
     /// MLX's (false; for comparison).
     #[arg(long, env = "SYS1_HOST_GEMM", hide = true)]
     pub host_gemm: Option<bool>,
+    /// The host GEMMs' kernel: amx-bf16 (the default where the CPU has AMX), avx512 or
+    /// avx2-fma (for comparison).
+    #[arg(long, env = "SYS1_HOST_GEMM_KERNEL", hide = true)]
+    pub host_gemm_kernel: Option<laya_mlx::f32_linear::Kernel>,
     /// Device that runs the forward pass.
     #[arg(long, value_enum, default_value_t = Device::Auto, env = "SYS1_DEVICE")]
     pub device: Device,

@@ -44,6 +44,7 @@ impl EngineArgs {
                 })
             }),
             host_gemm: self.host_gemm,
+            host_gemm_kernel: self.host_gemm_kernel,
             ..EngineSettings::default()
         }
     }
