@@ -1,6 +1,6 @@
-//! GFLOP/s of the host's f32 GEMM kernels on ModernBERT-large's weight shapes (f16 weights,
-//! as a checkpoint's), and `Wi` with GeGLU in its stores: every kernel this CPU has, in
-//! turns, so that their rates compare within one run.
+//! GFLOP/s of the host's f32 GEMM kernels on the weight shapes of ModernBERT-large and its
+//! decision head (f16 weights, as a checkpoint's), and `Wi` with GeGLU in its stores: every
+//! kernel this CPU has, in turns, so that their rates compare within one run.
 //!
 //! `cargo run --release -p laya-mlx --example gemm-rate -- [rows] [reps] [kernel...]`
 
@@ -35,6 +35,8 @@ fn main() {
         ("Wo", 1024, 1024),
         ("Wi", 5248, 1024),
         ("mlp.Wo", 1024, 2624),
+        ("linear1", 4096, 1024),
+        ("linear2", 1024, 4096),
     ];
     let data: Vec<(Vec<half::f16>, Vec<f32>)> = shapes
         .iter()
