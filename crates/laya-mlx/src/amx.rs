@@ -4,8 +4,9 @@
 //!
 //! This crate enables no AMX target feature, so the compiler emits no tile instruction of its
 //! own: the kernels' `asm!` blocks are the only code that touches the tiles. Each kernel call
-//! loads the configuration once and releases the tiles at its end, so the configuration is
-//! the one piece of tile state that lasts from one `asm!` block to the next within a call.
+//! loads the configuration once and releases the tiles at its end (the guard
+//! [`TileConfig::load`] returns), so the configuration is the one piece of tile state that
+//! lasts from one `asm!` block to the next within a call.
 
 /// A unit of the tile multiplier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,20 +102,28 @@ impl TileConfig {
         cfg
     }
 
-    /// Loads the configuration (zeroing every tile).
+    /// Loads the configuration (zeroing every tile), until the guard returned is dropped,
+    /// which releases the tiles, on a panic too.
     ///
     /// # Safety
-    /// [`ready`] must have said yes for the unit the caller then uses, and the caller must
-    /// [`TileConfig::release`] the tiles before it returns.
-    pub unsafe fn load(&self) {
+    /// [`ready`] must have said yes for the unit the caller then uses, and the guard must be
+    /// dropped on the thread that loaded it.
+    #[must_use = "the tiles are released when the guard is dropped"]
+    pub unsafe fn load(&self) -> Loaded {
         std::arch::asm!("ldtilecfg [{}]", in(reg) self, options(nostack, readonly));
+        Loaded(std::marker::PhantomData)
     }
+}
 
-    /// Releases the tiles (and the configuration).
-    ///
-    /// # Safety
-    /// As [`TileConfig::load`], whose call this ends.
-    pub unsafe fn release() {
-        std::arch::asm!("tilerelease", options(nostack, nomem));
+/// Tiles configured on this thread ([`TileConfig::load`]); released when dropped.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Loaded(std::marker::PhantomData<*const ()>);
+
+#[cfg(target_arch = "x86_64")]
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        // SAFETY: the tiles were configured on this thread (`Loaded` is not `Send`), by a
+        // caller that AMX was granted to.
+        unsafe { std::arch::asm!("tilerelease", options(nostack, nomem)) };
     }
 }

@@ -118,16 +118,16 @@ impl MlxEngine {
         let host_gemm = match settings.host_gemm {
             Some(false) => None,
             asked => {
-                if let Some(kernel) = settings.host_gemm_kernel.filter(|k| !k.available()) {
+                let kernel = settings
+                    .host_gemm_kernel
+                    .or_else(crate::f32_linear::Kernel::detect)
+                    .filter(|_| !on_gpu && precision == Precision::F32);
+                if let Some(kernel) = kernel.filter(|k| !k.available()) {
                     return Err(LoadError::Unsupported(format!(
                         "this CPU has no {} kernel",
                         kernel.name()
                     )));
                 }
-                let kernel = settings
-                    .host_gemm_kernel
-                    .or_else(crate::f32_linear::Kernel::detect)
-                    .filter(|_| !on_gpu && precision == Precision::F32);
                 if kernel.is_none() && asked == Some(true) {
                     return Err(LoadError::Unsupported(
                         "host GEMMs run on the CPU in f32, on a CPU with AVX2 and FMA or AVX-512"

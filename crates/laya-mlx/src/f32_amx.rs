@@ -4,12 +4,19 @@
 //! `tdpbf16ps` multiplies bf16 values (8 significant bits) exactly and sums the products in
 //! f32, ~16 times the products a cycle of AVX-512's FMAs. An f32 value is exactly the sum of
 //! three bf16 values, each the rounding of what the ones before it left: `x = x₀ + x₁ + x₂`,
-//! `|x₁| ≤ 2⁻⁹|x|`, `|x₂| ≤ 2⁻¹⁸|x|`. A checkpoint's weights are f16 (11 significant bits),
-//! so each is exactly two: `w = w₀ + w₁`, `|w₁| ≤ 2⁻⁹|w|`, stored in the 4 bytes an f32 takes.
+//! `|x₁| ≤ 2⁻⁸|x|`, `|x₂| ≤ 2⁻¹⁷|x|`. A checkpoint's weights are f16 (11 significant bits),
+//! so each is exactly two: `w = w₀ + w₁`, `|w₁| ≤ 2⁻⁸|w|`, stored in the 4 bytes an f32 takes.
 //! Of the six products `xᵢ·wⱼ` the kernel sums five, in this order at every 32 inputs:
-//! `x₀w₀, x₁w₀, x₂w₀, x₀w₁, x₁w₁`. The one left out, `x₂w₁`, is below 2⁻²⁷ of the product,
-//! under f32's own rounding of it. Measured against the f64 product, the sums are as close as
-//! the FMA chain's or closer (`tests/f32_linear.rs`); they are not its bits.
+//! `x₀w₀, x₁w₀, x₂w₀, x₀w₁, x₁w₁`. The one left out, `x₂w₁`, is at most 2⁻²⁵ of the product,
+//! under f32's own rounding of it (2⁻²⁴). Measured against the f64 product, the sums are as
+//! close as the FMA chain's or closer (`tests/f32_linear.rs`); they are not its bits.
+//!
+//! `tdpbf16ps` treats subnormal bf16 inputs as zero: a weight whose planes would be subnormal
+//! does not split (none of f16's does), and an activation below ~2⁻¹¹⁰ loses its later
+//! planes, under 2⁻¹²⁶ in absolute terms. A non-finite activation is its first plane alone (its
+//! products are ±inf or NaN, as in the FMA chain, though an infinity can meet a weight's zero
+//! plane and give NaN where the chain gives ±inf); a finite one too large to round to bf16 is
+//! split by truncation instead, which is exact too.
 //!
 //! A row's sums depend on that row alone (a tile product's row `m` reads only row `m` of the
 //! activations), so a row gives the same bits whatever rows share the GEMM.
@@ -43,17 +50,27 @@ const X_PLANES: usize = 3;
 #[repr(C, align(64))]
 pub(crate) struct Tile(pub [u16; TILE]);
 
-/// bf16 bits of `v` rounded to nearest, ties to even (finite `v`).
+/// bf16 bits of `v` rounded to nearest, ties to even; a finite `v` too large for that,
+/// truncated; a NaN, quiet and of the same sign.
 fn bf16(v: f32) -> u16 {
     let u = v.to_bits();
-    ((u + 0x7fff + ((u >> 16) & 1)) >> 16) as u16
+    if v.is_nan() {
+        return (u >> 16) as u16 | 0x0040;
+    }
+    let rounded = (u.wrapping_add(0x7fff + ((u >> 16) & 1)) >> 16) as u16;
+    if v.is_finite() && rounded & 0x7f80 == 0x7f80 {
+        (u >> 16) as u16
+    } else {
+        rounded
+    }
 }
 
 fn f32_of(b: u16) -> f32 {
     f32::from_bits((b as u32) << 16)
 }
 
-/// `w` as `w₀ + w₁`, two bf16 values, when that is exact.
+/// `w` as `w₀ + w₁`, two bf16 values, when that is exact and neither is subnormal (which
+/// `tdpbf16ps` would read as zero).
 fn split_weight(w: f32) -> Option<(u16, u16)> {
     if !w.is_finite() {
         return None;
@@ -61,7 +78,8 @@ fn split_weight(w: f32) -> Option<(u16, u16)> {
     let hi = bf16(w);
     let rest = w - f32_of(hi);
     let lo = bf16(rest);
-    (f32_of(hi).is_finite() && f32_of(hi) + f32_of(lo) == w && f32_of(lo) == rest)
+    let subnormal = |b: u16| b & 0x7f80 == 0 && b & 0x007f != 0;
+    (f32_of(hi) + f32_of(lo) == w && f32_of(lo) == rest && !subnormal(hi) && !subnormal(lo))
         .then_some((hi, lo))
 }
 
@@ -125,6 +143,9 @@ impl Planes {
                     let exact = &exact;
                     move || {
                         for j in 0..GROUP.min(blocks - g * GROUP) {
+                            if !exact.load(Ordering::Relaxed) {
+                                return;
+                            }
                             let b = g * GROUP + j;
                             for s in 0..steps {
                                 let at = s * GROUP + j;
@@ -237,9 +258,13 @@ fn split_run(x: &[f32], p0: &mut [u16], p1: &mut [u16], p2: &mut [u16]) {
     }
 }
 
-/// `x` as `x₀ + x₁ + x₂`, three bf16 values (exact for finite `x`).
+/// `x` as `x₀ + x₁ + x₂`, three bf16 values (exact for finite `x`); a non-finite `x` as its
+/// first plane alone.
 fn split_activation(x: f32) -> [u16; 3] {
     let a = bf16(x);
+    if !x.is_finite() {
+        return [a, 0, 0];
+    }
     let r = x - f32_of(a);
     let b = bf16(r);
     [a, b, bf16(r - f32_of(b))]
@@ -262,18 +287,33 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn split32(x: &[f32], p0: &mut [u16], p1: &mut [u16], p2: &mut [u16]) {
         assert!(x.len() >= STEP && p0.len() >= STEP && p1.len() >= STEP && p2.len() >= STEP);
-        // Rounded to the nearest bf16, ties to even; returned as f32 and as its bits.
+        let high = _mm512_set1_epi32(0xffff_0000u32 as i32);
+        let exponent = _mm512_set1_epi32(0x7f80_0000);
+        // [`super::bf16`]: rounded to the nearest bf16, ties to even; a finite value too large
+        // for that truncated; a NaN quieted. Returned as f32 and as its bits.
         let round = |v: __m512| {
             let u = _mm512_castps_si512(v);
             let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(u), _mm512_set1_epi32(1));
             let up = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
-            let top = _mm512_and_si512(up, _mm512_set1_epi32(0xffff_0000u32 as i32));
+            let rounded = _mm512_and_si512(up, high);
+            let truncated = _mm512_and_si512(u, high);
+            let finite = _mm512_cmpneq_epi32_mask(_mm512_and_si512(u, exponent), exponent);
+            let overflow = _mm512_cmpeq_epi32_mask(_mm512_and_si512(rounded, exponent), exponent);
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+            let top = _mm512_mask_mov_epi32(rounded, finite & overflow, truncated);
+            let quiet = _mm512_or_si512(truncated, _mm512_set1_epi32(0x0040_0000));
+            let top = _mm512_mask_mov_epi32(top, nan, quiet);
             (_mm512_castsi512_ps(top), _mm512_srli_epi32::<16>(top))
         };
         for half in 0..2 {
             let v = _mm512_loadu_ps(x.as_ptr().add(16 * half));
+            let finite = _mm512_cmpneq_epi32_mask(
+                _mm512_and_si512(_mm512_castps_si512(v), exponent),
+                exponent,
+            );
             let (a, a_bits) = round(v);
-            let r = _mm512_sub_ps(v, a);
+            // What is left (zero after a non-finite value).
+            let r = _mm512_maskz_sub_ps(finite, v, a);
             let (b, b_bits) = round(r);
             let (_, c_bits) = round(_mm512_sub_ps(r, b));
             for (p, bits) in [(&mut *p0, a_bits), (&mut *p1, b_bits), (&mut *p2, c_bits)] {
@@ -305,8 +345,7 @@ pub(crate) mod x86 {
     ) {
         assert!(groups.end <= w.groups, "groups of the layer");
         let tile_bytes = w.steps * X_PLANES * std::mem::size_of::<Tile>();
-        let cfg = TileConfig::full();
-        cfg.load();
+        let _tiles = TileConfig::full().load();
         let mut sums: Sums = [[0.0; ROWS * 16]; GROUP];
         for g in groups {
             let w0 = w.tiles.as_ptr().add(w.at(0, g * GROUP, 0));
@@ -377,6 +416,95 @@ pub(crate) mod x86 {
                 store(t, g, &sums);
             }
         }
-        TileConfig::release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{f32_of, split_activation, split_run, split_weight, STEP};
+
+    /// Random f32 bit patterns (every exponent, NaNs and infinities among them) and the
+    /// edges: zeros, subnormals, the largest values, ties.
+    fn awkward_values() -> Vec<f32> {
+        let mut s = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut v: Vec<f32> = (0..4096)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                f32::from_bits((s >> 32) as u32)
+            })
+            .collect();
+        v.extend([
+            0.0,
+            -0.0,
+            f32::MIN_POSITIVE,
+            1e-40,
+            -1e-45,
+            f32::MAX,
+            f32::MIN,
+            f32::from_bits(0x7f7f_8000),
+            f32::from_bits(0x7f7f_7fff),
+            1.0 + 2f32.powi(-8),
+            1.0 + 2f32.powi(-9) + 2f32.powi(-17),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::from_bits(0x7fff_ffff),
+            f32::from_bits(0xffff_8001),
+            f32::from_bits(0x7f80_0001),
+        ]);
+        v.resize(v.len().next_multiple_of(STEP), 1.5);
+        v
+    }
+
+    /// A finite activation's three planes sum to it exactly (above 2⁻¹⁰⁰: below, the later
+    /// planes are subnormal); a non-finite one is its first
+    /// plane (a NaN stays a NaN); and the vectorized split gives the scalar split's bits.
+    #[test]
+    fn activations_split_exactly_and_both_splits_agree() {
+        let values = awkward_values();
+        for &x in &values {
+            let [a, b, c] = split_activation(x);
+            let sum = f32_of(a) as f64 + f32_of(b) as f64 + f32_of(c) as f64;
+            if x.is_finite() && (x == 0.0 || x.abs() >= 2f32.powi(-100)) {
+                assert_eq!(sum, x as f64, "{x:e} ({:#x})", x.to_bits());
+            } else if x.is_finite() {
+                // Near the bottom of the range the later planes are subnormal, on bf16's
+                // smallest step, 2⁻¹³³ (and the tiles read subnormal bf16 values as zero).
+                assert!((sum - x as f64).abs() <= 2f64.powi(-133), "{x:e}");
+            } else {
+                assert_eq!((b, c), (0, 0), "{x}");
+                assert_eq!(f32_of(a).is_nan(), x.is_nan(), "{:#x}", x.to_bits());
+                if !x.is_nan() {
+                    assert_eq!(f32_of(a), x);
+                }
+            }
+        }
+        for run in values.chunks_exact(STEP) {
+            let mut vector = [[0u16; STEP]; 3];
+            let [p0, p1, p2] = &mut vector;
+            split_run(run, p0, p1, p2);
+            for (i, &x) in run.iter().enumerate() {
+                let want = split_activation(x);
+                let got = [vector[0][i], vector[1][i], vector[2][i]];
+                assert_eq!(got, want, "{x:e} ({:#x})", x.to_bits());
+            }
+        }
+    }
+
+    /// Every f16 value is two bf16 values exactly; values with more bits, and non-finite
+    /// ones, are not split.
+    #[test]
+    fn f16_weights_split_in_two_and_wider_ones_do_not() {
+        for bits in 0..=u16::MAX {
+            let w = half::f16::from_bits(bits).to_f32();
+            match split_weight(w) {
+                Some((hi, lo)) => assert_eq!(f32_of(hi) + f32_of(lo), w),
+                None => assert!(!w.is_finite(), "f16 {bits:#x} ({w:e}) did not split"),
+            }
+        }
+        assert_eq!(split_weight(1.0 + 2f32.powi(-9) + 2f32.powi(-23)), None);
+        assert_eq!(split_weight(1e-40), None, "a subnormal plane");
     }
 }

@@ -635,8 +635,7 @@ mod x86 {
         y: *mut f32,
     ) {
         // Loaded once a call: per block it cost a quarter of the kernel's time at 207 rows.
-        let cfg = TileConfig::full();
-        cfg.load();
+        let _tiles = TileConfig::full().load();
         debug_assert_eq!(acts.layout, Layout::Tiles, "AMX reads tiled activations");
         let k4 = lin.k4;
         let block_bytes = BLOCK * k4;
@@ -713,7 +712,6 @@ mod x86 {
             }
             r += 2 * AMX_ROWS;
         }
-        TileConfig::release();
     }
 
     /// The four activation bytes `a[r][4g..4g + 4]` as one 32-bit lane value.

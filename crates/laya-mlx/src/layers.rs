@@ -101,6 +101,15 @@ impl Linear {
                 } else {
                     F32Linear::new(&host_values(weight)?, out, k, bias, kernel)
                 };
+                if layer.kernel() != kernel {
+                    tracing::debug!(
+                        out,
+                        k,
+                        asked = kernel.name(),
+                        runs = layer.kernel().name(),
+                        "a linear layer's weights are not two bf16 values each"
+                    );
+                }
                 Ok(Linear::Host(HostLinear::F32(layer)))
             }
             None => Linear::new(weight, bias, kernels.upcast),

@@ -107,7 +107,8 @@ pub struct EngineSettings {
     /// ([`crate::f32_linear::Kernel::detect`]); `Some(true)` without one is an error.
     pub host_gemm: Option<bool>,
     /// The kernel of the host's f32 GEMMs; `None` takes the CPU's fastest
-    /// ([`crate::f32_linear::Kernel::detect`]). One the CPU lacks is an error.
+    /// ([`crate::f32_linear::Kernel::detect`]). Where they run (the CPU, f32), one the CPU
+    /// lacks is an error. A layer whose weights AMX-BF16 cannot split exactly runs on AVX-512.
     pub host_gemm_kernel: Option<crate::f32_linear::Kernel>,
 }
 

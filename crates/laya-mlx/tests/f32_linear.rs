@@ -6,9 +6,10 @@ use laya_mlx::f32_linear::{F32Linear, Kernel};
 
 use crate::common::{same_bits, Values};
 
-/// Shapes with ragged channel blocks (`out` not a multiple of 16 or 32), odd `k`, row counts
-/// around every tile height (6 and 12), and rows in several cache chunks (2 MB of rows
-/// each: 512 at `k` = 1,024, the last one short) and packing units.
+/// Shapes with ragged channel blocks (`out` not a multiple of 16, 32 or 64), odd `k`, row
+/// counts around every tile height (6, 12 and 16), and rows in several cache chunks (the FMA
+/// kernels' 2 MB of rows: 512 at `k` = 1,024; AMX-BF16's 1 MB of split rows: 160; the last
+/// one short) and packing units.
 const SHAPES: [(usize, usize, usize); 8] = [
     (1100, 40, 1024),
     (150, 40, 1024),
@@ -182,5 +183,47 @@ fn adding_into_the_output_gives_the_bits_of_a_separate_add() {
                 kernel.name()
             );
         }
+    }
+}
+
+/// On AMX-BF16 as on the FMA chain: a NaN in a row makes its outputs NaN, an infinity makes
+/// them non-finite, and activations near f32's largest values (which do not round to bf16)
+/// give the product, not an overflow.
+#[test]
+fn non_finite_and_huge_activations_keep_their_meaning_on_amx() {
+    if !Kernel::AmxBf16.available() {
+        println!("no AMX-BF16 on this CPU: nothing to check");
+        return;
+    }
+    let mut v = Values(0x1a2b_3c4d_5e6f_7081);
+    let (out, k) = (40, 64);
+    let w: Vec<f32> = v
+        .take(out * k)
+        .iter()
+        .map(|w| half::f16::from_f32(w * 1e-3).to_f32())
+        .collect();
+    let mut x = v.take(4 * k);
+    x[5] = f32::NAN;
+    x[k + 7] = f32::INFINITY;
+    for (i, value) in x[2 * k..3 * k].iter_mut().enumerate() {
+        *value = if i % 2 == 0 { f32::MAX } else { -3.3e38 };
+    }
+    let amx = F32Linear::new(&w, out, k, None, Kernel::AmxBf16);
+    assert_eq!(amx.kernel(), Kernel::AmxBf16);
+    let y = amx.forward(&x);
+    let fma = F32Linear::new(&w, out, k, None, Kernel::Avx512).forward(&x);
+    for n in 0..out {
+        assert!(y[n].is_nan(), "channel {n}: {} after a NaN", y[n]);
+        assert!(
+            !y[out + n].is_finite(),
+            "channel {n}: {} after an inf",
+            y[out + n]
+        );
+        let (got, want) = (y[2 * out + n], fma[2 * out + n]);
+        assert!(
+            got.is_finite() && (got - want).abs() <= 1e-5 * want.abs().max(1e30),
+            "channel {n}: {got:e} against the FMA chain's {want:e}"
+        );
+        assert_eq!(y[3 * out + n].is_finite(), fma[3 * out + n].is_finite());
     }
 }

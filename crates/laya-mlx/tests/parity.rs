@@ -312,10 +312,10 @@ fn bad_rows_are_errors_not_panics() {
 /// `--int8` where the host has no f32 kernel: the encoder's feed-forward output `mlp.Wo`
 /// stays f32 and goes through MLX's GEMM inside the host path, whose results are added to
 /// the host's residual stream (and the decision head, all f32, runs through MLX). Against
-/// the host's own f32 GEMMs the two can differ
-/// only in summation order (on the development machine OpenBLAS sums the same chain and they
-/// agree to the bit), which can move an activation across an int8 rounding step: a few 1e-3
-/// on a logit at most, where a dropped or misplaced add is off by the logit's whole size.
+/// the host's own f32 GEMMs the two differ only in rounding (OpenBLAS sums the FMA kernels'
+/// chain; AMX-BF16 sums bf16 splits), which can move an activation across an int8 rounding
+/// step: a few 1e-3 on a logit at most, where a dropped or misplaced add is off by the
+/// logit's whole size.
 #[test]
 fn int8_layers_agree_whichever_gemm_runs_the_f32_layers() {
     use laya_mlx::int8::{Activations, Int8};
