@@ -137,9 +137,6 @@ impl MlxEngine {
                 kernel
             }
         };
-        if let Some(kernel) = host_gemm {
-            tracing::debug!(kernel = kernel.name(), "f32 linear layers on the host");
-        }
         let kernels = Kernels {
             padded: settings.padded_attention.unwrap_or(on_gpu),
             contiguous_heads: settings.contiguous_heads.unwrap_or(on_gpu),
@@ -197,6 +194,7 @@ impl MlxEngine {
             dir = %dir.display(),
             device = %device,
             precision = precision.name(),
+            host_gemm = host_gemm.map_or("mlx", |k| k.name()),
             hidden = enc.hidden_size,
             layers = enc.num_hidden_layers,
             ms = started.elapsed().as_millis() as u64,
