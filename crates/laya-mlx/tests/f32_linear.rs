@@ -94,13 +94,21 @@ fn every_kernel_gives_the_product_and_the_fma_kernels_the_same_bits() {
     }
 }
 
+/// Whether this CPU runs the AMX-BF16 kernel (the tests of it say so when it does not).
+fn amx() -> bool {
+    let has = Kernel::AmxBf16.available();
+    if !has {
+        println!("no AMX-BF16 on this CPU: nothing to check");
+    }
+    has
+}
+
 /// Over a long `k`, the AMX kernel's sums are nearer the exact product than the FMA chain's
 /// (what the split's five products leave out is below f32's rounding of each), and a layer
 /// whose weights are not two bf16 values each runs on AVX-512 instead.
 #[test]
 fn the_amx_split_is_as_close_as_the_fma_chain_and_needs_f16_weights() {
-    if !Kernel::AmxBf16.available() {
-        println!("no AMX-BF16 on this CPU: nothing to check");
+    if !amx() {
         return;
     }
     let mut v = Values(0x0f16_b0f1_6000_0001);
@@ -191,8 +199,7 @@ fn adding_into_the_output_gives_the_bits_of_a_separate_add() {
 /// give the product, not an overflow.
 #[test]
 fn non_finite_and_huge_activations_keep_their_meaning_on_amx() {
-    if !Kernel::AmxBf16.available() {
-        println!("no AMX-BF16 on this CPU: nothing to check");
+    if !amx() {
         return;
     }
     let mut v = Values(0x1a2b_3c4d_5e6f_7081);
