@@ -214,6 +214,7 @@ pub(crate) fn pack_rows(x: &[f32], k: usize, rows: std::ops::Range<usize>, packe
     let packed: &mut [u16] = unsafe {
         std::slice::from_raw_parts_mut(packed.as_mut_ptr() as *mut u16, tiles * tile_bytes / 2)
     };
+    let vector = has_avx512();
     for (t, tile) in packed.chunks_exact_mut(tile_bytes / 2).enumerate() {
         for i in 0..ROWS {
             let r = rows.start + t * ROWS + i;
@@ -224,7 +225,7 @@ pub(crate) fn pack_rows(x: &[f32], k: usize, rows: std::ops::Range<usize>, packe
                 match src {
                     Some(src) => {
                         let part = &src[s * STEP..((s + 1) * STEP).min(k)];
-                        split_run(part, p0, p1, p2);
+                        split_run(part, p0, p1, p2, vector);
                     }
                     None => {
                         p0.fill(0);
@@ -244,11 +245,24 @@ fn planes_at(tile: &mut [u16], at: usize) -> [&mut [u16]; X_PLANES] {
     [&mut p0[..STEP], &mut p1[..STEP], &mut p2[..STEP]]
 }
 
-/// Up to 32 values split into the planes' 32 (the rest zero).
-fn split_run(x: &[f32], p0: &mut [u16], p1: &mut [u16], p2: &mut [u16]) {
+/// Whether [`x86::split32`] runs here: asked once a GEMM, not for every 32 values.
+fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
-    if x.len() == STEP && std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU has AVX-512F; 32 values in, 32 out in each plane.
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Up to 32 values split into the planes' 32 (the rest zero), 32 at once where `vector`
+/// ([`has_avx512`]).
+fn split_run(x: &[f32], p0: &mut [u16], p1: &mut [u16], p2: &mut [u16], vector: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if vector && x.len() == STEP {
+        // SAFETY: the CPU has AVX-512F (`vector`); 32 values in, 32 out in each plane.
         unsafe { x86::split32(x, p0, p1, p2) };
         return;
     }
@@ -421,7 +435,7 @@ pub(crate) mod x86 {
 
 #[cfg(test)]
 mod tests {
-    use super::{f32_of, split_activation, split_run, split_weight, STEP};
+    use super::{f32_of, has_avx512, split_activation, split_run, split_weight, STEP};
 
     /// Random f32 bit patterns (every exponent, NaNs and infinities among them) and the
     /// edges: zeros, subnormals, the largest values, ties.
@@ -484,7 +498,7 @@ mod tests {
         for run in values.chunks_exact(STEP) {
             let mut vector = [[0u16; STEP]; 3];
             let [p0, p1, p2] = &mut vector;
-            split_run(run, p0, p1, p2);
+            split_run(run, p0, p1, p2, has_avx512());
             for (i, &x) in run.iter().enumerate() {
                 let want = split_activation(x);
                 let got = [vector[0][i], vector[1][i], vector[2][i]];

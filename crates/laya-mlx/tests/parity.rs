@@ -89,19 +89,14 @@ fn compare(passes: &[RefPass], engine: &mut MlxEngine, atol: f32, act_rtol: f32)
 /// GEMM kernels this CPU has (the default one, the fastest, is one of them).
 fn parity(ckpt: &str, precision: Precision) {
     let passes = reference_passes(ckpt);
-    let kernels: Vec<Option<Kernel>> = match precision {
-        Precision::F32 => Kernel::ALL
-            .into_iter()
-            .filter(|k| k.available())
-            .map(Some)
-            .collect(),
-        Precision::F16 => Vec::new(),
-    };
-    for kernel in if kernels.is_empty() {
-        vec![None]
-    } else {
-        kernels
-    } {
+    let mut kernels: Vec<Option<Kernel>> = Vec::new();
+    if precision == Precision::F32 {
+        kernels.extend(Kernel::ALL.into_iter().filter(|k| k.available()).map(Some));
+    }
+    if kernels.is_empty() {
+        kernels.push(None);
+    }
+    for kernel in kernels {
         let settings = EngineSettings {
             precision: Some(precision),
             host_gemm_kernel: kernel,
