@@ -6,7 +6,7 @@
 //! own: the kernels' `asm!` blocks are the only code that touches the tiles. Each kernel call
 //! loads the configuration once and releases the tiles at its end (the guard
 //! [`TileConfig::load`] returns), so the configuration is the one piece of tile state that
-//! lasts from one `asm!` block to the next within a call.
+//! lasts from one `asm!` block to the next within a call. The module is x86-64 only.
 
 /// A unit of the tile multiplier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,24 +21,16 @@ pub(crate) enum Unit {
 /// (asked once for the whole process: `ARCH_REQ_XCOMP_PERM` for `XFEATURE_XTILEDATA`, then
 /// read back).
 pub(crate) fn ready(unit: Unit) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // CPUID leaf 7, EDX: bit 22 AMX-BF16, bit 24 AMX-TILE, bit 25 AMX-INT8.
-        let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
-        let bit = match unit {
-            Unit::Int8 => 25,
-            Unit::Bf16 => 22,
-        };
-        edx & (1 << 24) != 0 && edx & (1 << bit) != 0 && permitted()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = unit;
-        false
-    }
+    // CPUID leaf 7, EDX: bit 22 AMX-BF16, bit 24 AMX-TILE, bit 25 AMX-INT8.
+    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+    let bit = match unit {
+        Unit::Int8 => 25,
+        Unit::Bf16 => 22,
+    };
+    edx & (1 << 24) != 0 && edx & (1 << bit) != 0 && permitted()
 }
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 fn permitted() -> bool {
     static PERMITTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *PERMITTED.get_or_init(|| {
@@ -63,13 +55,12 @@ fn permitted() -> bool {
     })
 }
 
-#[cfg(all(target_arch = "x86_64", not(target_os = "linux")))]
+#[cfg(not(target_os = "linux"))]
 fn permitted() -> bool {
     false
 }
 
 /// `ldtilecfg`'s 64 bytes: palette 1, then each tile's bytes a row and rows.
-#[cfg(target_arch = "x86_64")]
 #[repr(C, align(64))]
 pub(crate) struct TileConfig {
     palette: u8,
@@ -79,7 +70,6 @@ pub(crate) struct TileConfig {
     rows: [u8; 16],
 }
 
-#[cfg(target_arch = "x86_64")]
 impl TileConfig {
     /// Rows of every tile; also the rows of a tile product.
     pub const ROWS: usize = 16;
@@ -116,10 +106,8 @@ impl TileConfig {
 }
 
 /// Tiles configured on this thread ([`TileConfig::load`]); released when dropped.
-#[cfg(target_arch = "x86_64")]
 pub(crate) struct Loaded(std::marker::PhantomData<*const ()>);
 
-#[cfg(target_arch = "x86_64")]
 impl Drop for Loaded {
     fn drop(&mut self) {
         // SAFETY: the tiles were configured on this thread (`Loaded` is not `Send`), by a

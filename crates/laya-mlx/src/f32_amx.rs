@@ -266,6 +266,8 @@ fn split_run(x: &[f32], p0: &mut [u16], p1: &mut [u16], p2: &mut [u16], vector: 
         unsafe { x86::split32(x, p0, p1, p2) };
         return;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = vector;
     for i in 0..STEP {
         let [a, b, c] = x.get(i).map_or([0; 3], |&v| split_activation(v));
         (p0[i], p1[i], p2[i]) = (a, b, c);

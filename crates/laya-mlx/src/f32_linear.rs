@@ -251,6 +251,7 @@ impl F32Linear {
     }
 
     /// The first output channel of packed block `b`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn column(&self, b: usize) -> usize {
         match self.half {
             Some(half) if b % 2 == 1 => half + (b / 2) * BLOCK,

@@ -512,6 +512,7 @@ impl Simd {
     /// Every implementation this CPU runs (the tests compare them).
     #[cfg(test)]
     fn available() -> Vec<Simd> {
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut all = vec![Simd::Portable];
         #[cfg(target_arch = "x86_64")]
         {

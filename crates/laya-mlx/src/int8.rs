@@ -935,9 +935,9 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    use super::quantize;
     #[cfg(target_arch = "x86_64")]
-    use super::quantize_rows_avx512;
-    use super::{quantize, quantize_rows_any, Layout, AMX_ROWS};
+    use super::{quantize_rows_any, quantize_rows_avx512, Layout, AMX_ROWS};
 
     /// The AVX-512 build of the activations' quantization gives the portable build's bytes
     /// and scales, halves, zeros, NaN and infinities among the values.

@@ -29,6 +29,7 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(target_arch = "x86_64")]
 mod amx;
 mod attention;
 pub mod backend;
@@ -46,6 +47,7 @@ mod parallel;
 #[doc(hidden)]
 pub mod profile;
 mod settings;
+#[cfg(target_arch = "x86_64")]
 mod tiles;
 pub mod weights;
 

@@ -11,8 +11,6 @@
 //! Needs `patchelf`, `shellcheck` and `systemd-analyze` (Debian: `apt-get install patchelf
 //! shellcheck systemd`); the plist check uses `plutil`, else `xmllint`, else python3.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -280,6 +278,8 @@ fn scripts_pass_shellcheck() {
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod linux {
     use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{TcpListener, TcpStream};
     use std::sync::OnceLock;
 
     const PLATFORM: &str = "linux-x86_64-cpu";
