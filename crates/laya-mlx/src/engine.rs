@@ -180,7 +180,7 @@ impl MlxEngine {
                     config.agent.head_layers,
                     kernels,
                 )?,
-                Scorer::load(&mut store)?,
+                Scorer::load(&mut store, kernels)?,
                 ActHead::load(&mut store)?,
             ))
         })?;
@@ -376,11 +376,27 @@ impl MlxEngine {
             Array::from_slice(&marker_idx, &[marker_idx.len() as i32]),
             0,
         )?;
-        let logits = self.scorer.forward(&markers)?;
-        // One evaluation for both; the act head runs on the host from here.
-        mlx_rs::transforms::eval([&logits, &pooled])?;
-        let logits: Vec<f32> = read_f32(&logits, "option logits")?;
-        let pooled: Vec<f32> = read_f32(&pooled, "pooled output")?;
+        let (logits, pooled) = if self.scorer.runs_on_host() {
+            let markers = markers.as_dtype(mlx_rs::Dtype::Float32)?;
+            mlx_rs::transforms::eval([&markers, &pooled])?;
+            let markers = read_f32(&markers, "the scorer's input")?;
+            let logits =
+                self.scorer
+                    .forward_on_host(&markers)
+                    .ok_or_else(|| ForwardError::Readback {
+                        what: "option logits",
+                        reason: "the scorer's layers are not on the host".into(),
+                    })?;
+            (logits, read_f32(&pooled, "pooled output")?)
+        } else {
+            let logits = self.scorer.forward(&markers)?;
+            // One evaluation for both; the act head runs on the host from here.
+            mlx_rs::transforms::eval([&logits, &pooled])?;
+            (
+                read_f32(&logits, "option logits")?,
+                read_f32(&pooled, "pooled output")?,
+            )
+        };
 
         let mut feats = Vec::with_capacity(rows.len());
         let mut per_row = Vec::with_capacity(rows.len());
@@ -435,6 +451,14 @@ fn read_f32(a: &Array, what: &'static str) -> Result<Vec<f32>, ForwardError> {
 impl Forward for MlxEngine {
     fn forward(&mut self, rows: &[Row]) -> Result<Vec<RowLogits>, EngineError> {
         self.run(rows).map_err(|e| EngineError::backend("mlx", e))
+    }
+
+    /// Where the encoder, the decision head and the scorer all run on the host: there
+    /// every step is per token or per row (the embeddings, the norms, attention within a
+    /// row), and the host GEMMs compute each row alone, in the same order whatever rows
+    /// share the call. MLX's own GEMMs (OpenBLAS, Metal) give no such promise.
+    fn batch_invariant(&self) -> bool {
+        self.encoder.runs_on_host() && self.head.runs_on_host() && self.scorer.runs_on_host()
     }
 
     fn info(&self) -> EngineInfo {

@@ -28,13 +28,6 @@ fn mlx(name: &str) -> impl FnOnce(Exception) -> LoadError + '_ {
     }
 }
 
-/// A linear layer of the scorer (small, on MLX).
-fn linear(store: &mut TensorStore, prefix: &str) -> Result<Linear, LoadError> {
-    let w = store.take(&format!("{prefix}.weight"))?;
-    let b = store.take(&format!("{prefix}.bias"))?;
-    Linear::new(&w, Some(b), false).map_err(mlx(prefix))
-}
-
 /// A linear layer of the decision head ([`Linear::for_model`]), f32 even under `--int8`.
 ///
 /// Two layers against the encoder's 28, but right before the softmaxes, so their rounding
@@ -431,21 +424,48 @@ impl HeadLayer {
     }
 }
 
-/// `scorer = Sequential(LayerNorm, Linear(d, d), GELU, Linear(d, 1))`, in f32.
+/// `scorer = Sequential(LayerNorm, Linear(d, d), GELU, Linear(d, 1))`, in f32: on the host
+/// where the host has f32 GEMM kernels, where every marker's logit is computed on its own
+/// (MLX's GEMM, OpenBLAS on Linux, may sum a row in another order beside other rows), and
+/// otherwise on MLX.
 #[derive(Debug)]
 pub(crate) struct Scorer {
     norm: LayerNorm,
     l1: Linear,
     l3: Linear,
+    /// `norm` on the host, where `l1` and `l3` are host layers.
+    host_norm: Option<HostNorm>,
 }
 
 impl Scorer {
-    pub fn load(store: &mut TensorStore) -> Result<Self, LoadError> {
+    pub fn load(store: &mut TensorStore, kernels: Kernels) -> Result<Self, LoadError> {
+        let norm = layer_norm(store, "scorer.0")?;
+        let f32_kernels = Kernels {
+            upcast: false,
+            ..kernels
+        };
+        let linear = |store: &mut TensorStore, prefix: &str| -> Result<Linear, LoadError> {
+            let w = store.take(&format!("{prefix}.weight"))?;
+            let b = store.take(&format!("{prefix}.bias"))?;
+            Linear::for_model(&w, Some(b), f32_kernels, false).map_err(mlx(prefix))
+        };
+        let l1 = linear(store, "scorer.1")?;
+        let l3 = linear(store, "scorer.3")?;
+        let host_norm = match (l1.host(), l3.host()) {
+            (Some(_), Some(_)) => Some(host_norm(&norm)?),
+            _ => None,
+        };
         Ok(Scorer {
-            norm: layer_norm(store, "scorer.0")?,
-            l1: linear(store, "scorer.1")?,
-            l3: linear(store, "scorer.3")?,
+            norm,
+            l1,
+            l3,
+            host_norm,
         })
+    }
+
+    /// Whether [`Scorer::forward_on_host`] runs.
+    pub fn runs_on_host(&self) -> bool {
+        self.host_norm.is_some()
     }
 
     /// `m` is the head output at the markers, `[K, d]`; returns the option logits `[K]`, f32.
@@ -453,6 +473,20 @@ impl Scorer {
         let m = m.as_dtype(mlx_rs::Dtype::Float32)?;
         let h = gelu_erf(&self.l1.forward(&self.norm.forward(&m)?)?)?;
         self.l3.forward(&h)?.reshape(&[-1])
+    }
+
+    /// [`Scorer::forward`] on the host ([`Scorer::runs_on_host`]), from the markers' rows
+    /// `m` (`[K, d]`, f32): the `K` logits, each from its own row alone.
+    pub fn forward_on_host(&self, m: &[f32]) -> Option<Vec<f32>> {
+        let (norm, l1, l3) = (self.host_norm.as_ref()?, self.l1.host()?, self.l3.host()?);
+        let mut normed = Vec::new();
+        norm.forward_into(m, &mut normed);
+        let mut h = Vec::new();
+        l1.forward_host(&normed, &mut h);
+        h.iter_mut().for_each(|v| *v = crate::host::gelu(*v));
+        let mut logits = Vec::new();
+        l3.forward_host(&h, &mut logits);
+        Some(logits)
     }
 }
 

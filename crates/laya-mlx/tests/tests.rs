@@ -2,6 +2,7 @@
 //! recorded forward pass with upstream, and end-to-end answers.
 
 mod answers;
+mod batching;
 mod common;
 mod f32_linear;
 mod int8;
