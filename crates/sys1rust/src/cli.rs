@@ -305,10 +305,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LAYA_MAX_CONCURRENT", default_value = "16", value_parser = |s: &str| Ok::<usize, std::convert::Infallible>(laya_core::request::positive_int_or(Some(s), 16)))]
     pub max_concurrent: usize,
     /// Tokens one shared forward pass may hold when queued requests run together, on an
-    /// engine whose answers do not depend on their batch mates (the CUDA engine); 0 runs
-    /// every request alone. Nothing waits for a batch to fill.
-    #[arg(long, env = "SYS1_BATCH_TOKENS", default_value_t = 32768)]
-    pub batch_tokens: usize,
+    /// engine whose answers do not depend on their batch mates (the CUDA engine; the CPU
+    /// engine on its host kernels); 0 runs every request alone. Nothing waits for a batch to
+    /// fill. Default: 32768 on the CUDA engine, 4096 on the CPU.
+    #[arg(long, env = "SYS1_BATCH_TOKENS")]
+    pub batch_tokens: Option<usize>,
     /// Jev's contract: only its keys, its confidence, its error shapes, `GET /v1/models`.
     #[arg(long, env = "LAYA_JEV_STRICT", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true")]
     pub jev_strict: bool,

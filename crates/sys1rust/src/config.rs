@@ -133,7 +133,10 @@ impl ServeConfig {
             decide: decide::Settings {
                 routing,
                 tournament_group,
-                pass_tokens: args.batch_tokens,
+                pass_tokens: match args.batch_tokens {
+                    Some(tokens) => tokens,
+                    None => args.model.engine.default_pass_tokens()?,
+                },
             },
             max_concurrent: args.max_concurrent,
             drain_delay: wait_of(if args.drain_delay.is_finite() {

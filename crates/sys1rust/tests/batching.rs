@@ -60,7 +60,7 @@ fn queued_requests_share_a_pass_and_keep_their_answers() {
     let mut bodies = smoke_bodies();
     assert!(bodies.len() >= 12, "{} smoke bodies", bodies.len());
     bodies.truncate(12);
-    let (s, gate) = Server::gated(&["--max-concurrent", "16"]);
+    let (s, gate) = Server::gated(&["--max-concurrent", "16", "--batch-tokens", "32768"]);
     gate.open();
     let alone: Vec<String> = bodies
         .iter()
@@ -176,7 +176,7 @@ fn a_lone_request_and_those_queued_around_it_answer_on_their_own_passes() {
         let b = b.strip_suffix('}').expect("a JSON object");
         format!(r#"{b}, "overflow": "windows"}}"#)
     };
-    let (s, gate) = Server::gated(&["--max-concurrent", "16"]);
+    let (s, gate) = Server::gated(&["--max-concurrent", "16", "--batch-tokens", "32768"]);
     let _opens = OpensOnDrop(gate.clone());
     // The first request holds the engine while three queue behind it, in this order.
     let first = post(s.addr, bodies[0].clone());
