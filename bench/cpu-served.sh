@@ -42,15 +42,7 @@ rm -rf "$OUTD" && mkdir -p "$OUTD"
 bodies() { # shape out
   local src=$FIX/workloads/smoke.jsonl
   case $1 in s32_*) src=$FIX/workloads/short.jsonl ;; esac
-  python3 - "$src" "$1" "$2" <<'EOF'
-import json, sys
-src, prefix, out = sys.argv[1:]
-with open(out, "w") as f:
-    for line in open(src, encoding="utf-8"):
-        c = json.loads(line)
-        if c["id"].startswith(prefix + "_") and "body" in c:
-            f.write(json.dumps(c["body"], ensure_ascii=False) + "\n")
-EOF
+  python3 bench/bodies.py "$src" "$1" "$2"
 }
 
 run() { # shape mode round

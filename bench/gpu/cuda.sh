@@ -164,15 +164,7 @@ wrk_run() { # name bodies clients
 
 # Request bodies of one shape of a workload, one per line.
 bodies() { # workload prefix out
-  python3 - "$@" <<'EOF'
-import json, sys
-src, prefix, out = sys.argv[1:]
-with open(out, "w") as f:
-    for line in open(src, encoding="utf-8"):
-        c = json.loads(line)
-        if c["id"].startswith(prefix + "_") and "body" in c:
-            f.write(json.dumps(c["body"], ensure_ascii=False) + "\n")
-EOF
+  python3 "$ROOT/bench/bodies.py" "$@"
 }
 
 # Starts `serve --engine cuda` on the large checkpoint in the background: SERVE_PID, ADDR.

@@ -8,10 +8,11 @@
 //! the workspace must build and test on machines without CUDA.
 
 use laya_core::agent::Agent;
-use laya_core::engine::{Forward, Row};
+use laya_core::engine::Forward;
 use laya_cuda::{Attention, CudaEngine, CudaSettings, Fuse};
 use laya_fixtures::{
-    check_f16_references, checkpoints, decision_cases, fixtures_dir, max_logit_diff,
+    check_batch_mates, check_f16_references, checkpoints, fixtures_dir, max_logit_diff,
+    reference_passes,
 };
 
 fn gpu() -> bool {
@@ -31,21 +32,6 @@ fn engine(ckpt: &str, settings: &CudaSettings) -> Agent<CudaEngine> {
     let dir = fixtures_dir().join("checkpoints").join(ckpt);
     let forward = CudaEngine::load(&dir, settings).expect("engine loads");
     Agent::load(&dir, forward).expect("tokenizer and configs load")
-}
-
-/// Every pass of rows the references make, as the engine's layout builds them.
-fn reference_passes(engine: &Agent<CudaEngine>, ckpt: &str) -> Vec<Vec<Row>> {
-    let mut out = Vec::new();
-    for case in decision_cases(ckpt) {
-        if let Ok(passes) = engine.layout(&case.call.states, &case.questions, &case.call.opts) {
-            out.extend(
-                passes
-                    .iter()
-                    .map(|p| p.iter().map(|e| e.row.clone()).collect()),
-            );
-        }
-    }
-    out
 }
 
 #[test]
@@ -237,77 +223,6 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
         assert!(stats.replays > 0 && stats.captures > 0, "{stats:?}");
         assert!(worst < 5e-2, "{ckpt}: attention paths differ by {worst}");
     }
-}
-
-/// A small deterministic generator (no dependency): the batch mates are random but the same
-/// on every run.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % n as u64) as usize
-    }
-}
-
-/// `compositions` random batches: a random pass (a request's rows) packed among 1-12 random
-/// other passes at a random position, so in other token and selection buckets and at other
-/// offsets; the pass's logits must have the very bits they have alone.
-fn check_batch_mates(
-    engine: &mut CudaEngine,
-    passes: &[Vec<Row>],
-    compositions: usize,
-    seed: u64,
-    what: &str,
-) -> usize {
-    let mut rng = Lcg(seed);
-    let mut alone: Vec<Option<Vec<laya_core::engine::RowLogits>>> = vec![None; passes.len()];
-    let mut tokens_max = 0;
-    for k in 0..compositions {
-        let i = rng.below(passes.len());
-        let rows = &passes[i];
-        if alone[i].is_none() {
-            alone[i] = Some(engine.run(rows).expect("forward"));
-        }
-        let mates = 1 + rng.below(12);
-        let at = rng.below(mates + 1);
-        let mut batch: Vec<Row> = Vec::new();
-        let mut offset = 0;
-        for m in 0..=mates {
-            if m == at {
-                offset = batch.len();
-                batch.extend(rows.iter().cloned());
-            } else {
-                batch.extend(passes[rng.below(passes.len())].iter().cloned());
-            }
-        }
-        let tokens: usize = batch.iter().map(|r| r.ids.len()).sum();
-        tokens_max = tokens_max.max(tokens);
-        let together = engine.run(&batch).expect("forward");
-        let solo = alone[i].as_deref().unwrap_or_default();
-        for (j, (t, a)) in together[offset..offset + rows.len()]
-            .iter()
-            .zip(solo)
-            .enumerate()
-        {
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert!(
-                bits(&t.logits) == bits(&a.logits) && bits(&t.act_logits) == bits(&a.act_logits),
-                "{what} composition {k}: pass {i} row {j} changed with {mates} batch mates at \
-                 position {at} ({} rows, {tokens} tokens): {:?} alone, {:?} together",
-                batch.len(),
-                a,
-                t
-            );
-        }
-    }
-    println!(
-        "{what}: {compositions} compositions bit-identical (up to {tokens_max} tokens a batch)"
-    );
-    compositions
 }
 
 /// Cross-request batching rests on this: every request's logits are bit-identical alone and

@@ -20,7 +20,7 @@ pub use references::{
     checkpoints, decision_cases, fixtures_dir, read_jsonl, references, DecisionCall, DecisionCase,
     Recorded, RefRow, Reference, Replay, UnknownRow, WORKLOADS,
 };
-pub use suites::{check_f16_references, max_logit_diff};
+pub use suites::{check_batch_mates, check_f16_references, max_logit_diff, reference_passes};
 pub use unrounded::{
     long_unrounded, open_text, unrounded_body, unrounded_body_routed, unrounded_like,
     upstream_results, ReplayAgents,

@@ -5,84 +5,14 @@
 //! run queued requests in one pass.
 
 use laya_core::agent::Agent;
-use laya_core::engine::{Forward, Row, RowLogits};
-use laya_fixtures::{checkpoints, decision_cases, fixtures_dir};
+use laya_core::engine::Forward;
+use laya_fixtures::{check_batch_mates, checkpoints, fixtures_dir, reference_passes};
 use laya_mlx::f32_linear::Kernel;
 use laya_mlx::int8::{Activations, Int8};
 use laya_mlx::{EngineSettings, MlxEngine, Precision};
 
 /// Compositions a checkpoint and configuration: a random request among 1-12 random others.
 const COMPOSITIONS: usize = 100;
-
-/// Every pass of rows the references make, as the engine's layout builds them.
-fn reference_passes(engine: &Agent<MlxEngine>, ckpt: &str) -> Vec<Vec<Row>> {
-    decision_cases(ckpt)
-        .iter()
-        .filter_map(|case| {
-            engine
-                .layout(&case.call.states, &case.questions, &case.call.opts)
-                .ok()
-        })
-        .flat_map(|passes| {
-            passes
-                .iter()
-                .map(|p| p.iter().map(|e| e.row.clone()).collect())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// A 64-bit linear congruential generator: the same compositions on every run.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % n as u64) as usize
-    }
-}
-
-/// A random pass packed among 1-12 random other passes at a random position must give the
-/// very bits it gives alone, `compositions` times.
-fn check_batch_mates(engine: &mut MlxEngine, passes: &[Vec<Row>], seed: u64, what: &str) {
-    let mut rng = Lcg(seed);
-    let mut alone: Vec<Option<Vec<RowLogits>>> = vec![None; passes.len()];
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    for k in 0..COMPOSITIONS {
-        let i = rng.below(passes.len());
-        let rows = &passes[i];
-        let solo = alone[i].get_or_insert_with(|| engine.forward(rows).expect("forward"));
-        let mates = 1 + rng.below(12);
-        let at = rng.below(mates + 1);
-        let mut batch: Vec<Row> = Vec::new();
-        let mut offset = 0;
-        for m in 0..=mates {
-            if m == at {
-                offset = batch.len();
-                batch.extend(rows.iter().cloned());
-            } else {
-                batch.extend(passes[rng.below(passes.len())].iter().cloned());
-            }
-        }
-        let together = engine.forward(&batch).expect("forward");
-        for (j, (t, a)) in together[offset..offset + rows.len()]
-            .iter()
-            .zip(solo.iter())
-            .enumerate()
-        {
-            assert!(
-                bits(&t.logits) == bits(&a.logits) && bits(&t.act_logits) == bits(&a.act_logits),
-                "{what} composition {k}: pass {i} row {j} changed with {mates} batch mates at \
-                 position {at} ({} rows): {a:?} alone, {t:?} together",
-                batch.len()
-            );
-        }
-    }
-    println!("{what}: {COMPOSITIONS} compositions bit-identical");
-}
 
 #[test]
 fn batch_mates_do_not_change_answers_on_the_host() {
@@ -121,7 +51,8 @@ fn batch_mates_do_not_change_answers_on_the_host() {
             );
             let passes = reference_passes(&e, ckpt);
             let what = format!("{ckpt}, {name}");
-            check_batch_mates(&mut e.forward, &passes, (7 + n * 16 + c) as u64, &what);
+            let seed = (7 + n * 16 + c) as u64;
+            check_batch_mates(&mut e.forward, &passes, COMPOSITIONS, seed, &what);
         }
     }
 }
