@@ -104,13 +104,24 @@ impl EngineArgs {
         Ok(if self.use_cuda()? { 32768 } else { 4096 })
     }
 
+    /// These arguments with `--engine auto` replaced by the engine it picks. A command that
+    /// asks the engine choice several times (the server: its workers, its pass budget, each
+    /// load) settles it first, so the GPU is probed, and the choice logged, once.
+    pub fn settled(self) -> anyhow::Result<EngineArgs> {
+        let engine = if self.use_cuda()? {
+            EngineChoice::Cuda
+        } else {
+            EngineChoice::Mlx
+        };
+        Ok(EngineArgs { engine, ..self })
+    }
+
     /// Whether the checkpoints load on the CUDA engine (asked for, or `auto` on an NVIDIA GPU).
     fn use_cuda(&self) -> anyhow::Result<bool> {
-        let cuda = self.cuda_settings();
         Ok(match self.choice()? {
             EngineChoice::Mlx => false,
             EngineChoice::Cuda => true,
-            EngineChoice::Auto => match laya_cuda::probe(cuda.ordinal) {
+            EngineChoice::Auto => match laya_cuda::probe(self.ordinal) {
                 Ok(gpu) => {
                     tracing::info!(%gpu, "NVIDIA GPU found: using the CUDA engine");
                     true
@@ -244,5 +255,30 @@ mod tests {
         assert_eq!(budget(&["--int8"]), Some(4096));
         assert_eq!(budget(&["--device", "cpu"]), Some(4096));
         assert_eq!(budget(&["--engine", "cuda"]), Some(32768));
+    }
+
+    /// Settling `auto` keeps an explicit choice, and never turns what only MLX computes
+    /// (the CPU device, f32, int8) into the CUDA engine, whether or not a GPU is here.
+    #[test]
+    fn settling_keeps_what_only_mlx_computes_on_mlx() {
+        use crate::cli::EngineChoice;
+        let settled = |args: &[&str]| engine_args(args).settled().map(|a| a.engine).ok();
+        assert_eq!(settled(&["--engine", "mlx"]), Some(EngineChoice::Mlx));
+        assert_eq!(settled(&["--engine", "cuda"]), Some(EngineChoice::Cuda));
+        assert_eq!(settled(&["--int8"]), Some(EngineChoice::Mlx));
+        assert_eq!(settled(&["--f32"]), Some(EngineChoice::Mlx));
+        assert_eq!(settled(&["--device", "cpu"]), Some(EngineChoice::Mlx));
+        assert_eq!(settled(&["--engine", "cuda", "--f32"]), None);
+        let auto = settled(&[]).expect("auto settles");
+        assert_ne!(auto, EngineChoice::Auto);
+        assert_eq!(
+            engine_args(&[])
+                .settled()
+                .and_then(|a| a.settled())
+                .map(|a| a.engine)
+                .ok(),
+            Some(auto),
+            "settling twice keeps the first choice"
+        );
     }
 }

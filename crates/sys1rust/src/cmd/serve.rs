@@ -42,7 +42,8 @@ fn user_cache_dir() -> Option<PathBuf> {
     var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache")))
 }
 
-pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
+    args.model.engine = args.model.engine.settled()?;
     let kernel_cache = configure_kernel_cache(
         args.kernel_cache.as_deref(),
         args.mlx_ptx_cache_dir.as_deref(),
