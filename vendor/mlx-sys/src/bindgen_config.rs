@@ -36,7 +36,10 @@ pub fn builder(mlx_c_root: &Path, headers: &[PathBuf]) -> bindgen::Builder {
             // bindgen's `c_ulong` sizes trip rustc's
             // suspicious_runtime_symbol_definitions lint (Rust 1.99+).
             .blocklist_function("malloc")
-            .blocklist_function("realloc"),
+            .blocklist_function("realloc")
+            // Declared by hand in lib.rs: mlx-rs passes its mode as `*const i8`, which is
+            // `*const c_char` only where C's `char` is signed (not on Linux on Arm).
+            .blocklist_function("mlx_pad"),
         |builder, header| builder.header(header.to_string_lossy()),
     )
 }

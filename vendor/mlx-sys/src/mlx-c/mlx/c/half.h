@@ -20,7 +20,16 @@ extern "C" {
 typedef __fp16 float16_t;
 #endif
 
-#if defined(__ARM_FEATURE_BF16) || defined(__aarch64__)
+/* mlx-sys (vendored): LLVM's clang before 15 knows __bf16 on AArch64 only
+ * with the bf16 extension, so bindgen there (Debian 12, Ubuntu 22.04) sees
+ * bfloat16_t as the 2-byte uint16_t it is on x86-64 below; the ABI agrees. */
+#if defined(__aarch64__) && !defined(__ARM_FEATURE_BF16) && \
+    defined(__clang__) && !defined(__apple_build_version__) && \
+    !defined(__cplusplus) && __clang_major__ < 15
+#include <stdint.h>
+#define HAS_BFLOAT16
+typedef uint16_t bfloat16_t;
+#elif defined(__ARM_FEATURE_BF16) || defined(__aarch64__)
 #define HAS_BFLOAT16
 #include <arm_bf16.h>
 typedef __bf16 bfloat16_t;
