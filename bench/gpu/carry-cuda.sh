@@ -67,11 +67,10 @@ cp .mlx/cpu/mlx/lib/libmlx.so .mlx/cpu/mlx_cpu.libs/* "$WORK/lib/"
   cp -P deb/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2* wrk/
   rm -rf deb ./*.deb
 )
-whl=$(ls .whl/laya-0.4.15-py3-none-any.whl 2>/dev/null || true)
-if [ -z "$whl" ]; then
-  mkdir -p .whl
-  python3 -m pip download -q --no-deps -d .whl laya==0.4.15
-  whl=.whl/laya-0.4.15-py3-none-any.whl
+# Kept under .carry/ (ignored) between runs, so the tree stays clean and pip runs once.
+whl=$ROOT/.carry/whl/laya-0.4.15-py3-none-any.whl
+if [ ! -f "$whl" ]; then
+  python3 -m pip download -q --no-deps -d "$(dirname "$whl")" laya==0.4.15
 fi
 cp "$whl" "$WORK/whl/"
 XZ_OPT="-6 -T0" tar -C "$WORK" -cJf "$OUTD/bundle.tar.xz" bin lib wrk whl
