@@ -9,7 +9,9 @@
 # stderr, and a run that finds everything in place prints nothing else.
 #
 # Usage: scripts/setup-mlx.sh [cpu|cuda13|metal]   (or MLX_FLAVOR=...)
-#   cpu     mlx-cpu, Linux x86-64 (the default there; .cargo/config.toml points at it)
+#   cpu     mlx-cpu, Linux x86-64 or aarch64 (the default there; .cargo/config.toml points at
+#           it). MLX_ARCH=aarch64 on an x86-64 host fetches the Arm wheel into .mlx/cpu-aarch64
+#           for a cross build instead.
 #   cuda13  mlx-cuda-13, Linux x86-64 with a CUDA 13 driver; export the printed directory
 #   metal   mlx-metal, macOS arm64 (the default there); export the printed directory
 set -euo pipefail
@@ -18,15 +20,24 @@ mlx_version=0.32.2 # the MLX release mlx-c 0.7.0 (vendor/mlx-sys) pins
 
 if [ "$(uname -s)-$(uname -m)" = Darwin-arm64 ]; then host_flavor=metal; else host_flavor=cpu; fi
 flavor=${1:-${MLX_FLAVOR:-$host_flavor}}
+host_arch=$(uname -m)
+arch=${MLX_ARCH:-$host_arch}
 
 # The wheel of each flavor, by exact file name, and its sha256 as PyPI publishes it. The
 # platform tag is pinned, so every host fetches the same file (mlx-metal also has macOS 15 and
 # 26 wheels; the macOS 14 one runs on all three).
 case $flavor in
   cpu)
-    package=mlx-cpu platform=manylinux_2_35_x86_64
+    package=mlx-cpu platform=manylinux_2_35_$arch
     wheel=mlx_cpu-$mlx_version-py3-none-$platform.whl
-    sha256=fc5d31b90fc4f457b2f9614ed45651a567d22a6a11a03d114a90a4e10bdd8878
+    case $arch in
+      x86_64) sha256=fc5d31b90fc4f457b2f9614ed45651a567d22a6a11a03d114a90a4e10bdd8878 ;;
+      aarch64) sha256=d0f94625588b51a878786dd51cec5617894ce586cf3c94645ce1b64e24c27c0b ;;
+      *)
+        echo "setup-mlx: mlx-cpu has Linux wheels for x86_64 and aarch64, not '$arch'" >&2
+        exit 2
+        ;;
+    esac
     ;;
   cuda13)
     package=mlx-cuda-13 platform=manylinux_2_35_x86_64
@@ -46,6 +57,7 @@ esac
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dest=$repo/.mlx/$flavor
+[ "$arch" = "$host_arch" ] || dest=$dest-$arch
 wheels=$repo/.mlx/wheels
 
 say() { printf 'setup-mlx: %s\n' "$*" >&2; }
@@ -59,7 +71,7 @@ install_debian_packages() {
   [ -n "${SYS1_EXTRA_PACKAGES:-}" ] && wanted+=(${SYS1_EXTRA_PACKAGES})
   python3 -m pip --version >/dev/null 2>&1 || wanted+=(python3-pip)
   for pkg in "${wanted[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$' ||
+    dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q '^install ok installed$' ||
       missing+=("$pkg")
   done
   [ ${#missing[@]} -eq 0 ] && return
