@@ -373,6 +373,13 @@ detect_platform() {
       esac
       platform=linux-x86_64-$variant
       ;;
+    Linux-aarch64 | Linux-arm64)
+      case ${SYS1_VARIANT:-cpu} in
+        cpu) ;;
+        *) die "SYS1_VARIANT must be empty or cpu on Linux on Arm, not '$SYS1_VARIANT'" ;;
+      esac
+      platform=linux-aarch64-cpu
+      ;;
     Darwin-arm64)
       case ${SYS1_VARIANT:-metal} in
         metal) ;;
@@ -381,7 +388,7 @@ detect_platform() {
       platform=macos-arm64
       ;;
     *)
-      die "there is no sys1rust release for $os $arch; releases exist for Linux x86-64 (CPU, or NVIDIA GPUs with CUDA 13) and macOS on Apple silicon. To build from source, see $repo_url#build-from-source"
+      die "there is no sys1rust release for $os $arch; releases exist for Linux x86-64 (CPU, or NVIDIA GPUs with CUDA 13), Linux aarch64 (CPU) and macOS on Apple silicon. To build from source, see $repo_url#build-from-source"
       ;;
   esac
 }
@@ -414,7 +421,7 @@ sha256_of() {
 # Why a bundle's binary cannot start, and what to do about it.
 missing_requirements_hint() {
   case $platform in
-    linux-x86_64-cpu)
+    linux-x86_64-cpu | linux-aarch64-cpu)
       say "The CPU build needs OpenBLAS (libopenblas.so.0) and glibc 2.35 or newer. Install OpenBLAS with"
       say "  Debian/Ubuntu: sudo apt-get install libopenblas0-pthread"
       say "  Fedora:        sudo dnf install openblas-pthreads"

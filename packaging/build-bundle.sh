@@ -15,7 +15,8 @@
 #   <out>/install.sh             the installer, to publish beside them
 #
 # Usage: packaging/build-bundle.sh PLATFORM [--out DIR] [--binary FILE]
-#   PLATFORM        linux-x86_64-cpu | linux-x86_64-cuda13 | macos-arm64 (built on that host)
+#   PLATFORM        linux-x86_64-cpu | linux-aarch64-cpu | linux-x86_64-cuda13 | macos-arm64
+#                   (built on that host)
 #   --out DIR       where the tarball goes (default: dist/)
 #   --binary FILE   package this already built sys1rust instead of building one; its run-time
 #                   search path is rewritten (patchelf on Linux, install_name_tool on macOS)
@@ -52,12 +53,29 @@ done
 host=$(uname -s)-$(uname -m)
 case $platform in
   linux-x86_64-cpu) flavor=cpu want_host=Linux-x86_64 ;;
+  linux-aarch64-cpu) flavor=cpu want_host=Linux-aarch64 ;;
   linux-x86_64-cuda13) flavor=cuda13 want_host=Linux-x86_64 ;;
   macos-arm64) flavor=metal want_host=Darwin-arm64 ;;
-  '') die "usage: packaging/build-bundle.sh linux-x86_64-cpu|linux-x86_64-cuda13|macos-arm64 [--out DIR] [--binary FILE]" ;;
-  *) die "unknown platform '$platform' (linux-x86_64-cpu, linux-x86_64-cuda13 or macos-arm64)" ;;
+  '') die "usage: packaging/build-bundle.sh linux-x86_64-cpu|linux-aarch64-cpu|linux-x86_64-cuda13|macos-arm64 [--out DIR] [--binary FILE]" ;;
+  *) die "unknown platform '$platform' (linux-x86_64-cpu, linux-aarch64-cpu, linux-x86_64-cuda13 or macos-arm64)" ;;
 esac
-[ "$host" = "$want_host" ] || die "$platform bundles are built on $want_host, this is $host"
+arch=${want_host#*-}
+# A Linux binary built elsewhere (a cross build) is packaged on any Linux host, with the wheel
+# of the bundle's architecture and that architecture's binutils (Debian: binutils-aarch64-linux-gnu)
+# for strip and objdump; patchelf and readelf read every architecture.
+binutils=
+case $host in
+  "$want_host") ;;
+  Linux-*)
+    if [ -z "$binary" ] || [ "$flavor" != cpu ]; then
+      die "$platform bundles are built on $want_host, this is $host (or pass a --binary built for it)"
+    fi
+    binutils=$arch-linux-gnu-
+    command -v "${binutils}strip" >/dev/null ||
+      die "${binutils}strip is needed to pack a $arch binary here (Debian: binutils-$arch-linux-gnu)"
+    ;;
+  *) die "$platform bundles are built on $want_host, this is $host" ;;
+esac
 if [ "$flavor" = metal ]; then
   rpath=@executable_path/../lib/mlx/lib
 else
@@ -73,7 +91,7 @@ version=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "
 [ -n "$version" ] || die "no version in the [workspace.package] of Cargo.toml"
 name=sys1rust-$version-$platform
 
-mlx=$("$repo/scripts/setup-mlx.sh" "$flavor") # the wheel's mlx/ directory
+mlx=$(MLX_ARCH=$arch "$repo/scripts/setup-mlx.sh" "$flavor") # the wheel's mlx/ directory
 wheel=$(dirname "$mlx")
 
 # 1. The binary: built here with the bundle's rpath, or given and rewritten.
@@ -114,7 +132,7 @@ else
   if [ "$built" = 0 ]; then
     command -v patchelf >/dev/null || die "--binary needs patchelf (Debian: apt-get install patchelf)"
     patchelf --set-rpath "$rpath" "$bin"
-    strip --strip-debug "$bin"
+    "${binutils}strip" --strip-debug "$bin"
   fi
   runpath=$(readelf -d "$bin" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
   [ "$runpath" = "$rpath" ] || die "the binary's RUNPATH is '$runpath', not $rpath"
@@ -144,13 +162,13 @@ mlx_version=$(sed -n 's/^Version: //p' "$dist_info/METADATA")
 glibc=
 if [ "$flavor" != metal ]; then
   # The newest glibc symbol version any shipped ELF file needs.
-  command -v objdump >/dev/null || die "objdump (binutils) is needed"
-  glibc=$(find "$root/bin" "$root/lib" -type f \( -name sys1rust -o -name '*.so*' \) -exec objdump -T {} + 2>/dev/null |
+  command -v "${binutils}objdump" >/dev/null || die "${binutils}objdump (binutils) is needed"
+  glibc=$(find "$root/bin" "$root/lib" -type f \( -name sys1rust -o -name '*.so*' \) -exec "${binutils}objdump" -T {} + 2>/dev/null |
     grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -t. -k1,1n -k2,2n | tail -n 1)
 fi
 cuda_pip="'nvidia-cudnn-cu13==9.*' nvidia-nccl-cu13 'nvidia-cublas==13.*' 'nvidia-cufft==12.*' 'nvidia-cuda-nvrtc==13.*' 'nvidia-cuda-runtime==13.*'"
 case $flavor in
-  cpu) requirements="- Linux x86-64 with glibc $glibc or newer.
+  cpu) requirements="- Linux $arch with glibc $glibc or newer.
 - OpenBLAS as \`libopenblas.so.0\`: \`sudo apt-get install libopenblas0-pthread\` (Debian, Ubuntu),
   \`sudo dnf install openblas-pthreads\` (Fedora), \`sudo pacman -S openblas\` (Arch). The binary
   links it directly so that MLX's matrix products use it instead of the reference BLAS the MLX

@@ -890,19 +890,24 @@ mod linux {
             text(&out.stderr)
         );
 
-        let arm = h.dir.join("arm");
-        std::fs::create_dir_all(&arm).unwrap();
-        write_script(
-            &arm.join("uname"),
-            "case $1 in -m) echo aarch64 ;; *) echo Linux ;; esac",
-        );
-        let out = h.install(&[], Some(&before_system(&arm)));
-        assert!(!out.status.success());
-        assert!(
-            text(&out.stderr).contains("there is no sys1rust release for Linux aarch64"),
-            "{}",
-            text(&out.stderr)
-        );
+        // Linux on Arm asks for its own bundle, which this release lacks; a CPU without
+        // releases is named.
+        for (machine, refusal) in [
+            ("aarch64", "the latest release"),
+            ("aarch64", "has no linux-aarch64-cpu build"),
+            ("riscv64", "there is no sys1rust release for Linux riscv64"),
+        ] {
+            let bin = h.dir.join(machine);
+            std::fs::create_dir_all(&bin).unwrap();
+            write_script(
+                &bin.join("uname"),
+                &format!("case $1 in -m) echo {machine} ;; *) echo Linux ;; esac"),
+            );
+            let out = h.install(&[], Some(&before_system(&bin)));
+            let stderr = text(&out.stderr);
+            assert!(!out.status.success(), "{machine}: {stderr}");
+            assert!(stderr.contains(refusal), "{machine}: {stderr}");
+        }
 
         let out = h.install(&[], None);
         assert!(out.status.success());
