@@ -74,9 +74,10 @@ say "$(qemu-aarch64 "$bin" --version)"
 # upstream's response bodies, byte for byte.
 fixtures=crates/laya-fixtures/data
 work=$(mktemp -d)
-trap 'kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
 qemu-aarch64 "$bin" serve --model "$fixtures/checkpoints/tiny" --port 0 >"$work/ready" 2>"$work/serve.log" &
 server=$!
+# `|| true`: under `set -e` a failing command in the trap would become the script's status.
+trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 1 1200); do
   [ -s "$work/ready" ] || ! kill -0 "$server" 2>/dev/null && break
   sleep 0.1
