@@ -18,27 +18,24 @@ say() { printf 'test-aarch64: %s\n' "$*" >&2; }
   exit 2
 }
 
-sudo=()
-[ "$(id -u)" -eq 0 ] || sudo=(sudo)
-wanted=(g++-aarch64-linux-gnu qemu-user libc6:arm64 libopenblas0-pthread:arm64 libstdc++6:arm64 libgfortran5:arm64)
-missing=()
-for pkg in "${wanted[@]}"; do
-  dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q '^install ok installed$' ||
-    missing+=("$pkg")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  say "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  dpkg --print-foreign-architectures | grep -qx arm64 || "${sudo[@]}" dpkg --add-architecture arm64
+# The arm64 architecture first, so that setup-mlx.sh installs the Arm libraries with the rest
+# (SYS1_EXTRA_PACKAGES below); a new architecture needs fresh package lists.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  say "adding the arm64 architecture"
+  "${sudo[@]}" dpkg --add-architecture arm64
   "${sudo[@]}" apt-get update -qq >&2
-  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu ||
   rustup target add aarch64-unknown-linux-gnu >&2
 
 target=aarch64-unknown-linux-gnu
 multiarch=/usr/lib/aarch64-linux-gnu
-MLX_SYS_PREBUILT_DIR=$(MLX_ARCH=aarch64 bash scripts/setup-mlx.sh cpu)
+MLX_SYS_PREBUILT_DIR=$(
+  SYS1_EXTRA_PACKAGES="g++-aarch64-linux-gnu qemu-user libc6:arm64 libopenblas0-pthread:arm64 libstdc++6:arm64 libgfortran5:arm64" \
+    MLX_ARCH=aarch64 bash scripts/setup-mlx.sh cpu
+)
 export MLX_SYS_PREBUILT_DIR
 export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 export CXX_aarch64_unknown_linux_gnu=aarch64-linux-gnu-g++
@@ -54,14 +51,7 @@ unset QEMU_LD_PREFIX
 say "building sys1rust and laya-mlx's tests for $target in target/aarch64"
 cross=(--release --locked --target "$target" --target-dir target/aarch64)
 cargo build "${cross[@]}" -p sys1rust
-cargo test "${cross[@]}" -p laya-mlx --no-run
-# The same build again, now a no-op, for the test binary's path.
-tests=$(cargo test "${cross[@]}" -p laya-mlx --no-run --message-format=json 2>/dev/null |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "tests" and m.get("executable"):
-        print(m["executable"])')
+tests=$(scripts/test-binary.sh "${cross[@]}" -p laya-mlx)
 [ -n "$tests" ] || {
   say "cargo built no laya-mlx test binary"
   exit 1

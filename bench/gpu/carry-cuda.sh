@@ -20,14 +20,9 @@ ROOT=$(pwd)
 WORK=$ROOT/.carry/cuda-work
 OUTD=$ROOT/.carry/cuda
 
-# The path of a crate's integration test binary (`tests/tests.rs`), from cargo's own report.
+# The path of a crate's integration test binary (`tests/tests.rs`).
 test_binary() {
-  cargo test --release -p "$1" --test tests --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
-        print(m["executable"])' | tail -1
+  scripts/test-binary.sh --release -p "$1"
 }
 
 if [ "${1:-}" = --build ]; then

@@ -43,14 +43,9 @@ CARRY_MIB=${CARRY_MIB:-58}
 TARGET=target/cuda
 WORK=$ROOT/.carry/work
 
-# The path of a crate's integration test binary (`tests/tests.rs`), from cargo's own report.
+# The path of a crate's integration test binary (`tests/tests.rs`).
 test_binary() {
-  cargo test --release -p "$1" --test tests --no-run --target-dir $TARGET --message-format=json 2>/dev/null |
-    python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
-        print(m["executable"])' | tail -1
+  scripts/test-binary.sh --release -p "$1" --target-dir $TARGET
 }
 
 if [ "${1:-}" = --build ]; then
