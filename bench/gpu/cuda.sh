@@ -24,6 +24,9 @@
 #   workers     two engine workers on the one GPU (--gpus 0,0) against one (--gpus 0): smoke's
 #               answers byte for byte (idle workers take turns, so both answer), and the
 #               served loads of `served`
+#   auto        `serve` with the engine left at its default (auto) and with `--engine cuda`:
+#               auto must find the GPU once (one "NVIDIA GPU found" line), its ready line must say
+#               cuda, and smoke's answers must be byte for byte the same
 #   profile     the worker's batch sizes and times under the s32_q1 and s512_q10 loads
 #   variants    `engine` and the served load with the GEMM algorithms picked at each of
 #               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS; `T/L` also sets the long
@@ -240,19 +243,36 @@ print(json.dumps({"requests": len(one), "identical": one == two,
 EOF
 }
 
+# smoke's answers from `$SYS1 serve` on large with the given arguments, request by request,
+# into answers-NAME.jsonl (served.py's report NAME.json and the server's log NAME.log beside).
+smoke_answers() { # name serve-args...
+  local name=$1
+  shift
+  timeout -k 5 200 python3 "$ROOT/bench/gpu/served.py" --name "$name" \
+    --cmd "$SYS1 serve --model $CKPT --port 0 $*" --workload "$SMOKE" \
+    --answers "$RES/answers-$name.jsonl" --shapes s64_q1 --runs 3 --warmup 1 \
+    --log "$RES/$name.log" > "$RES/$name.json"
+}
+
 phase_workers() {
   local g
   for g in 0 0,0; do
     say "answers with --gpus $g"
-    timeout -k 5 200 python3 "$ROOT/bench/gpu/served.py" --name "workers-$g" \
-      --cmd "$SYS1 serve --model $CKPT --engine cuda --port 0 --gpus $g" --workload "$SMOKE" \
-      --answers "$RES/answers-workers-$g.jsonl" --shapes s64_q1 --runs 3 --warmup 1 \
-      --log "$RES/workers-$g.log" > "$RES/workers-$g.json"
+    smoke_answers "workers-$g" --engine cuda --gpus "$g"
   done
   compare_answers "$RES/answers-workers-0.jsonl" "$RES/answers-workers-0,0.jsonl" > "$RES/workers-compare.json"
   say "workers: $(cat "$RES/workers-compare.json")"
   load_runs gpus-0 --gpus 0
   load_runs gpus-00 --gpus 0,0
+  pack
+}
+
+phase_auto() {
+  say "answers with the engine left at auto, then with --engine cuda"
+  smoke_answers engine-auto
+  smoke_answers engine-cuda --engine cuda
+  compare_answers "$RES/answers-engine-cuda.jsonl" "$RES/answers-engine-auto.jsonl" > "$RES/auto-compare.json"
+  say "auto against cuda: $(cat "$RES/auto-compare.json"); \"NVIDIA GPU found\" lines: $(grep -c 'NVIDIA GPU found' "$RES/engine-auto.log"); auto's engine: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ready"]["engine"])' "$RES/engine-auto.json")"
   pack
 }
 
@@ -329,10 +349,7 @@ phase_ab() {
   local names=(base new)
   [ -x "$(ab_bin mid)" ] && names+=(mid)
   for name in "${names[@]}"; do
-    timeout -k 5 200 python3 "$ROOT/bench/gpu/served.py" --name "ab-$name" \
-      --cmd "$(ab_bin "$name") serve --model $CKPT --engine cuda --port 0" --workload "$SMOKE" \
-      --answers "$RES/answers-ab-$name.jsonl" --shapes s64_q1 --runs 3 --warmup 1 \
-      --log "$RES/ab-answers-$name.log" > "$RES/ab-answers-$name.json"
+    SYS1=$(ab_bin "$name") smoke_answers "ab-$name" --engine cuda
     [ "$name" = base ] && continue
     compare_answers "$RES/answers-ab-base.jsonl" "$RES/answers-ab-$name.jsonl" > "$RES/ab-compare-$name.json"
     say "ab answers, $name against base: $(cat "$RES/ab-compare-$name.json")"
