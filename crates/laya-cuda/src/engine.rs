@@ -79,6 +79,11 @@ pub struct CudaSettings {
     /// results/GPU.md), so it is off by default: each timed size would only cost warm-up.
     /// With it on, GeGLU and RoPE may run in its epilogue too ([`CudaSettings::gemm_fuse`]).
     pub gemm_own: bool,
+    /// With `gemm_own`, only passes of at least this many tokens time our kernels among their
+    /// candidates (0: every pass). On an H100 they paid only in the longest passes (4-5 % at
+    /// ~2,900 tokens) and cost 2-3 % at ~100; with 2,048 here the ~2,900-token pass was 1-7 %
+    /// shorter and the shorter passes kept cuBLASLt's plans (results/GPU.md).
+    pub gemm_own_tokens: usize,
     /// With `gemm_own`, which steps after a GEMM a short pass may run in `gemm_wg`'s
     /// epilogue, and whether only where that was timed faster.
     pub gemm_fuse: Fuse,
@@ -120,6 +125,7 @@ impl Default for CudaSettings {
             gemm_long_tokens: vec![2048],
             gemm_short_tokens: 6144,
             gemm_own: false,
+            gemm_own_tokens: 0,
             gemm_fuse: Fuse::default(),
         }
     }
@@ -368,6 +374,7 @@ impl CudaEngine {
         blas.long_tokens = settings.gemm_long_tokens.clone();
         blas.short_tokens = settings.gemm_short_tokens;
         blas.own = own;
+        blas.own_tokens = settings.gemm_own_tokens;
         blas.fuse_untimed = settings.gemm_fuse.untimed;
         tracing::info!(
             dir = %dir.display(),

@@ -363,6 +363,8 @@ pub struct Blas {
     /// `gemm_wg`, where the engine loaded it (Hopper): then a short pass's timed candidates
     /// include it.
     pub own: Option<WgKernels>,
+    /// Passes of fewer tokens leave `gemm_wg` out of their candidates.
+    pub own_tokens: usize,
     /// Per family, whether `gemm_wg` gave its first algorithm's bits ([`Blas::own_bits`]).
     own_same_bits: HashMap<Family, bool>,
     /// [`FLUSH_BYTES`] the short passes' timing writes to push the weights out of the L2
@@ -430,6 +432,7 @@ impl Blas {
             fused: HashMap::new(),
             fuse_untimed: false,
             own: None,
+            own_tokens: 0,
             own_same_bits: HashMap::new(),
             short_flush: None,
             short_out: None,
@@ -920,7 +923,7 @@ impl Blas {
             .collect();
         let tiles: Vec<Tile> = Tile::ALL
             .into_iter()
-            .filter(|&t| self.own.is_some() && WgKernels::fits(t, g))
+            .filter(|&t| self.own_for(s) && WgKernels::fits(t, g))
             .collect();
         if candidates.is_empty() && tiles.is_empty() {
             return Ok(None);
@@ -986,6 +989,11 @@ impl Blas {
         Ok(None)
     }
 
+    /// Whether `gemm_wg` is among the pass `s`'s timed candidates.
+    fn own_for(&self, s: Shape) -> bool {
+        self.own.is_some() && s.tokens >= self.own_tokens
+    }
+
     /// The family's probe, made by [`Blas::choose_short`] when its first short pass was timed.
     fn probe(&self, family: Family) -> Result<&Probe, CudaError> {
         self.short_probes
@@ -1041,19 +1049,20 @@ impl Blas {
             return None;
         }
         let invariant = self.families.get(&s.family()).is_some_and(|c| c.invariant);
-        let tile = if invariant && s.tokens <= self.short_tokens && self.short_timing {
-            // Taken out for the call, which borrows the plan beside `self`.
-            let plan = self.plans.remove(&s)?;
-            let chosen = self.choose_fused(s, &plan, then, g, stream);
-            self.plans.insert(s, plan);
-            chosen.unwrap_or_else(|e| {
-                tracing::warn!(?s, error = %e,
+        let tile =
+            if invariant && self.own_for(s) && s.tokens <= self.short_tokens && self.short_timing {
+                // Taken out for the call, which borrows the plan beside `self`.
+                let plan = self.plans.remove(&s)?;
+                let chosen = self.choose_fused(s, &plan, then, g, stream);
+                self.plans.insert(s, plan);
+                chosen.unwrap_or_else(|e| {
+                    tracing::warn!(?s, error = %e,
                     "timing gemm_wg with the next step fused failed; the pass runs them apart");
+                    None
+                })
+            } else {
                 None
-            })
-        } else {
-            None
-        };
+            };
         self.fused.insert(key, tile);
         tile
     }

@@ -240,6 +240,15 @@ pub struct EngineArgs {
     /// the separate step and are faster (off by default: no faster yet).
     #[arg(long, env = "SYS1_CUDA_GEMM_OWN", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true", hide = true)]
     pub cuda_gemm_own: bool,
+    /// CUDA engine: with our own GEMM kernels on, only passes of at least this many tokens
+    /// time them (0: every pass).
+    #[arg(
+        long,
+        env = "SYS1_CUDA_GEMM_OWN_TOKENS",
+        default_value_t = 0,
+        hide = true
+    )]
+    pub cuda_gemm_own_tokens: usize,
     /// Persistent directory for compiled GPU kernels (serve's --kernel-cache).
     #[arg(skip)]
     pub kernel_cache: Option<PathBuf>,

@@ -66,6 +66,7 @@ impl EngineArgs {
             .collect();
         s.gemm_short_tokens = self.cuda_gemm_small_tokens;
         s.gemm_own = self.cuda_gemm_own;
+        s.gemm_own_tokens = self.cuda_gemm_own_tokens;
         s.attention = match self.cuda_attention {
             CudaAttention::Flash => laya_cuda::Attention::TensorCore,
             CudaAttention::Mma => laya_cuda::Attention::Mma,
@@ -255,6 +256,22 @@ mod tests {
         assert_eq!(budget(&["--int8"]), Some(4096));
         assert_eq!(budget(&["--device", "cpu"]), Some(4096));
         assert_eq!(budget(&["--engine", "cuda"]), Some(32768));
+    }
+
+    /// Our own GEMM kernels stay off unless asked for, and their token floor reaches the
+    /// engine: the defaults are the engine's own.
+    #[test]
+    fn own_gemm_kernels_are_opt_in_with_a_token_floor() {
+        let defaults = laya_cuda::CudaSettings::default();
+        let settings = engine_args(&[]).cuda_settings();
+        assert_eq!(
+            (settings.gemm_own, settings.gemm_own_tokens),
+            (defaults.gemm_own, defaults.gemm_own_tokens)
+        );
+        assert!(!settings.gemm_own);
+        let settings =
+            engine_args(&["--cuda-gemm-own", "--cuda-gemm-own-tokens", "2048"]).cuda_settings();
+        assert_eq!((settings.gemm_own, settings.gemm_own_tokens), (true, 2048));
     }
 
     /// Settling `auto` keeps an explicit choice, and never turns what only MLX computes
