@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use laya_core::checkpoints::Router;
 
-use crate::cli::ServeArgs;
+use crate::cli::{EngineChoice, ServeArgs};
 use crate::config::{self, ServeConfig, Served};
 use crate::http;
 use crate::registry;
@@ -32,6 +32,22 @@ fn configure_kernel_cache(explicit: Option<&Path>, exported: Option<&Path>) -> O
     Some(dir)
 }
 
+/// The directory the engine that answers compiles its kernels into: the CUDA engine keeps
+/// its own cubins (`--kernel-cache`, else laya-cuda's default) and MLX never compiles in its
+/// server; on MLX, [`configure_kernel_cache`]'s.
+fn kernel_cache_in_use(
+    engine: EngineChoice,
+    explicit: Option<&Path>,
+    exported: Option<&Path>,
+) -> Option<PathBuf> {
+    match engine {
+        EngineChoice::Cuda => explicit
+            .map(Path::to_path_buf)
+            .or_else(|| laya_cuda::CudaSettings::default().kernel_cache),
+        EngineChoice::Mlx | EngineChoice::Auto => configure_kernel_cache(explicit, exported),
+    }
+}
+
 /// The XDG cache directory: `$XDG_CACHE_HOME`, else `~/.cache`.
 fn user_cache_dir() -> Option<PathBuf> {
     let var = |name: &str| {
@@ -44,7 +60,8 @@ fn user_cache_dir() -> Option<PathBuf> {
 
 pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     args.model.engine = args.model.engine.settled()?;
-    let kernel_cache = configure_kernel_cache(
+    let kernel_cache = kernel_cache_in_use(
+        args.model.engine.engine,
         args.kernel_cache.as_deref(),
         args.mlx_ptx_cache_dir.as_deref(),
     );
@@ -239,4 +256,26 @@ fn ready_line(
         ]);
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// On the CUDA engine the ready line names the CUDA engine's cubin cache, never MLX's
+    /// (an operator's MLX_PTX_CACHE_DIR included), which that server does not use.
+    #[test]
+    fn the_cuda_engine_reports_its_own_kernel_cache() {
+        let explicit = Path::new("/srv/kernels");
+        let exported = Some(Path::new("/srv/mlx"));
+        assert_eq!(
+            kernel_cache_in_use(EngineChoice::Cuda, Some(explicit), exported).as_deref(),
+            Some(explicit)
+        );
+        let default = kernel_cache_in_use(EngineChoice::Cuda, None, exported);
+        assert_eq!(default, laya_cuda::CudaSettings::default().kernel_cache);
+        assert!(default.is_none_or(|d| d.ends_with("sys1rust/kernels")));
+    }
 }
