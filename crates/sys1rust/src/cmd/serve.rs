@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use laya_core::checkpoints::Router;
 
-use crate::cli::{EngineChoice, ServeArgs};
+use crate::cli::{EngineArgs, EngineChoice, ServeArgs};
 use crate::config::{self, ServeConfig, Served};
 use crate::http;
 use crate::registry;
@@ -33,18 +33,14 @@ fn configure_kernel_cache(explicit: Option<&Path>, exported: Option<&Path>) -> O
 }
 
 /// The directory the engine that answers compiles its kernels into: the CUDA engine keeps
-/// its own cubins (`--kernel-cache`, else laya-cuda's default) and MLX never compiles in its
-/// server; on MLX, [`configure_kernel_cache`]'s.
-fn kernel_cache_in_use(
-    engine: EngineChoice,
-    explicit: Option<&Path>,
-    exported: Option<&Path>,
-) -> Option<PathBuf> {
-    match engine {
-        EngineChoice::Cuda => explicit
-            .map(Path::to_path_buf)
-            .or_else(|| laya_cuda::CudaSettings::default().kernel_cache),
-        EngineChoice::Mlx | EngineChoice::Auto => configure_kernel_cache(explicit, exported),
+/// its own cubins where its settings say (`--kernel-cache`, else laya-cuda's default) and MLX
+/// never compiles in its server; on MLX, [`configure_kernel_cache`]'s.
+fn kernel_cache_in_use(engine: &EngineArgs, exported: Option<&Path>) -> Option<PathBuf> {
+    match engine.engine {
+        EngineChoice::Cuda => engine.cuda_settings().kernel_cache,
+        EngineChoice::Mlx | EngineChoice::Auto => {
+            configure_kernel_cache(engine.kernel_cache.as_deref(), exported)
+        }
     }
 }
 
@@ -60,13 +56,9 @@ fn user_cache_dir() -> Option<PathBuf> {
 
 pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     args.model.engine = args.model.engine.settled()?;
-    let kernel_cache = kernel_cache_in_use(
-        args.model.engine.engine,
-        args.kernel_cache.as_deref(),
-        args.mlx_ptx_cache_dir.as_deref(),
-    );
     let mut model = args.model.clone();
     model.engine.kernel_cache = args.kernel_cache.clone();
+    let kernel_cache = kernel_cache_in_use(&model.engine, args.mlx_ptx_cache_dir.as_deref());
     let loading_device = model.engine.preview().device;
     // One engine worker per GPU of --gpus (one on MLX).
     let workers = model.engine.workers()?;
@@ -264,6 +256,21 @@ mod tests {
 
     use super::*;
 
+    fn cuda_engine(kernel_cache: Option<&Path>) -> EngineArgs {
+        use clap::Parser;
+        let argv = ["sys1rust", "serve", "--engine", "cuda"];
+        match crate::cli::Cli::try_parse_from(argv)
+            .expect("arguments parse")
+            .command
+        {
+            crate::cli::Command::Serve(serve) => EngineArgs {
+                kernel_cache: kernel_cache.map(Path::to_path_buf),
+                ..serve.model.engine
+            },
+            _ => unreachable!("a serve command"),
+        }
+    }
+
     /// On the CUDA engine the ready line names the CUDA engine's cubin cache, never MLX's
     /// (an operator's MLX_PTX_CACHE_DIR included), which that server does not use.
     #[test]
@@ -271,10 +278,10 @@ mod tests {
         let explicit = Path::new("/srv/kernels");
         let exported = Some(Path::new("/srv/mlx"));
         assert_eq!(
-            kernel_cache_in_use(EngineChoice::Cuda, Some(explicit), exported).as_deref(),
+            kernel_cache_in_use(&cuda_engine(Some(explicit)), exported).as_deref(),
             Some(explicit)
         );
-        let default = kernel_cache_in_use(EngineChoice::Cuda, None, exported);
+        let default = kernel_cache_in_use(&cuda_engine(None), exported);
         assert_eq!(default, laya_cuda::CudaSettings::default().kernel_cache);
         assert!(default.is_none_or(|d| d.ends_with("sys1rust/kernels")));
     }
