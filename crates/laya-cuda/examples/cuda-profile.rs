@@ -8,9 +8,11 @@
 //! Rows are synthetic: token ids 1000 + i, four option markers at positions 1-4. `ITERS`
 //! (default 50) sets the repetitions, `TUNE=1` times cuBLASLt's candidates for every GEMM shape,
 //! `SHORT=N` sets the passes that take faster GEMM kernels of the same bits (`gemm_short_tokens`),
-//! `OWN=1` adds our own GEMM kernel to those on Hopper (`gemm_own`), `ATTENTION=mma` runs
-//! `attention_mma` there instead of `attention_wg`. The engine's logs go to stderr as `RUST_LOG`
-//! says (e.g. `laya_cuda=debug` for each short pass's GEMM timings).
+//! `OWN=1` times our own GEMM kernels among those on Hopper in every pass and `OWN=0` in none
+//! (by default in passes of 2,048 tokens or more, `gemm_own`; `OWN_TOKENS=N` sets that
+//! bound), `ATTENTION=mma` runs `attention_mma` there instead of `attention_wg`. The
+//! engine's logs go to stderr as `RUST_LOG` says (e.g. `laya_cuda=debug` for each short
+//! pass's GEMM timings).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -39,19 +41,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
+    let defaults = CudaSettings::default();
+    // OWN=1 keeps the meaning it had before the engine timed our kernels by default: every pass.
+    let (gemm_own, gemm_own_tokens) = match std::env::var("OWN").as_deref() {
+        Ok("0") => (false, defaults.gemm_own_tokens),
+        Ok("1") => (true, 0),
+        _ => (defaults.gemm_own, defaults.gemm_own_tokens),
+    };
     let settings = CudaSettings {
         tune_gemms: std::env::var("TUNE").is_ok_and(|v| v == "1"),
-        gemm_own: std::env::var("OWN").is_ok_and(|v| v == "1"),
+        gemm_own,
+        gemm_own_tokens: std::env::var("OWN_TOKENS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(gemm_own_tokens),
         gemm_short_tokens: std::env::var("SHORT")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(CudaSettings::default().gemm_short_tokens),
+            .unwrap_or(defaults.gemm_short_tokens),
         attention: if std::env::var("ATTENTION").is_ok_and(|v| v == "mma") {
             Attention::Mma
         } else {
             Attention::TensorCore
         },
-        ..CudaSettings::default()
+        ..defaults
     };
     let mut engine = CudaEngine::load(&dir, &settings)?;
     for shape in shapes {

@@ -74,15 +74,15 @@ pub struct CudaSettings {
     /// On Hopper, the short passes' timed candidates include `gemm_wg`, a GEMM kernel of our
     /// own with blocks small enough to spread a few hundred rows over the whole GPU, taken
     /// like cuBLASLt's candidates only where it gives the same bits (`wgmma.rs`). It gives
-    /// cuBLASLt's bits for every layer of the three models' shapes, but is no faster yet (a
-    /// few short pass sizes take it, within noise in and out of process on an H100;
-    /// results/GPU.md), so it is off by default: each timed size would only cost warm-up.
-    /// With it on, GeGLU and RoPE may run in its epilogue too ([`CudaSettings::gemm_fuse`]).
+    /// cuBLASLt's bits for every layer of the three models' shapes. With it on, GeGLU and
+    /// RoPE may run in its epilogue too ([`CudaSettings::gemm_fuse`]). On by default, for
+    /// passes of [`CudaSettings::gemm_own_tokens`] or more.
     pub gemm_own: bool,
     /// With `gemm_own`, only passes of at least this many tokens time our kernels among their
     /// candidates (0: every pass). On an H100 they paid only in the longest passes (4-5 % at
-    /// ~2,900 tokens) and cost 2-3 % at ~100; with 2,048 here the ~2,900-token pass was 1-7 %
-    /// shorter and the shorter passes kept cuBLASLt's plans (results/GPU.md).
+    /// ~2,900 tokens) and cost 2-3 % at ~100 (timing noise picked them there); with 2,048 the
+    /// ~2,900-token pass was 1-7 % shorter and the shorter passes kept cuBLASLt's plans
+    /// (results/GPU.md).
     pub gemm_own_tokens: usize,
     /// With `gemm_own`, which steps after a GEMM a short pass may run in `gemm_wg`'s
     /// epilogue, and whether only where that was timed faster.
@@ -124,8 +124,8 @@ impl Default for CudaSettings {
             gemm_tokens: 512,
             gemm_long_tokens: vec![2048],
             gemm_short_tokens: 6144,
-            gemm_own: false,
-            gemm_own_tokens: 0,
+            gemm_own: true,
+            gemm_own_tokens: 2048,
             gemm_fuse: Fuse::default(),
         }
     }

@@ -78,11 +78,13 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             },
         );
         assert_ne!(CudaSettings::default().gemm_short_tokens, 0);
-        // Our own GEMM kernel (Hopper; off by default) among the short passes' candidates.
+        // Our own GEMM kernel (Hopper; by default only in passes of 2,048 tokens or more,
+        // which these checkpoints' requests do not reach) among every short pass's candidates.
         let mut own_kernel = engine(
             ckpt,
             &CudaSettings {
                 gemm_own: true,
+                gemm_own_tokens: 0,
                 ..CudaSettings::default()
             },
         );
@@ -93,6 +95,7 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
                 ckpt,
                 &CudaSettings {
                     gemm_own: true,
+                    gemm_own_tokens: 0,
                     gemm_fuse: fuse,
                     ..CudaSettings::default()
                 },
@@ -254,10 +257,12 @@ fn batch_mates_do_not_change_answers() {
             e.forward.batch_invariant(),
             "large: a GEMM family was not verified"
         );
-        // Our own GEMM kernel (Hopper; off by default) among the short passes' candidates:
-        // a request alone may then run on it, and among mates on cuBLASLt's kernels.
+        // The default engine above times our own GEMM kernel (Hopper) only in passes of
+        // 2,048 tokens or more; here it is among every short pass's candidates: a request
+        // alone may then run on it, and among mates on cuBLASLt's kernels.
         let settings = CudaSettings {
             gemm_own: true,
+            gemm_own_tokens: 0,
             ..CudaSettings::default()
         };
         let forward = CudaEngine::load(dir, &settings).expect("large loads");

@@ -237,15 +237,15 @@ pub struct EngineArgs {
     pub cuda_gemm_small_tokens: usize,
     /// CUDA engine: on Hopper, passes may also take our own GEMM kernels, alone or with
     /// GeGLU or RoPE in their epilogue, where they give the same bits as cuBLASLt's kernel and
-    /// the separate step and are faster (off by default: no faster yet).
-    #[arg(long, env = "SYS1_CUDA_GEMM_OWN", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true", hide = true)]
+    /// the separate step and are faster (laya-cuda's default).
+    #[arg(long, env = "SYS1_CUDA_GEMM_OWN", default_value = "true", value_parser = truthy, num_args = 0..=1, default_missing_value = "true", hide = true)]
     pub cuda_gemm_own: bool,
     /// CUDA engine: with our own GEMM kernels on, only passes of at least this many tokens
-    /// time them (0: every pass).
+    /// time them (0: every pass; laya-cuda's default).
     #[arg(
         long,
         env = "SYS1_CUDA_GEMM_OWN_TOKENS",
-        default_value_t = 0,
+        default_value_t = 2048,
         hide = true
     )]
     pub cuda_gemm_own_tokens: usize,

@@ -258,20 +258,20 @@ mod tests {
         assert_eq!(budget(&["--engine", "cuda"]), Some(32768));
     }
 
-    /// Our own GEMM kernels stay off unless asked for, and their token floor reaches the
-    /// engine: the defaults are the engine's own.
+    /// Our own GEMM kernels default to the engine's own settings (on, for passes of 2,048
+    /// tokens or more), and both settings reach the engine when given.
     #[test]
-    fn own_gemm_kernels_are_opt_in_with_a_token_floor() {
+    fn own_gemm_kernels_default_to_long_passes_and_turn_off() {
         let defaults = laya_cuda::CudaSettings::default();
         let settings = engine_args(&[]).cuda_settings();
         assert_eq!(
             (settings.gemm_own, settings.gemm_own_tokens),
             (defaults.gemm_own, defaults.gemm_own_tokens)
         );
-        assert!(!settings.gemm_own);
-        let settings =
-            engine_args(&["--cuda-gemm-own", "--cuda-gemm-own-tokens", "2048"]).cuda_settings();
         assert_eq!((settings.gemm_own, settings.gemm_own_tokens), (true, 2048));
+        let settings =
+            engine_args(&["--cuda-gemm-own=false", "--cuda-gemm-own-tokens", "0"]).cuda_settings();
+        assert_eq!((settings.gemm_own, settings.gemm_own_tokens), (false, 0));
     }
 
     /// Settling `auto` keeps an explicit choice, and never turns what only MLX computes
