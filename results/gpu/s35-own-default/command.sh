@@ -11,3 +11,12 @@ AB_ROUNDS=3 RUNS=30 WRK_SECONDS=4 PARITY_REF=$PWD/parity-ref/answers-upstream-cp
   bench/gpu/cuda.sh setup checkpoint tests auto ab
 # call2, on the same warm machine: the 12 sizes in-process with the new defaults.
 RUNS=30 bench/gpu/cuda.sh engine
+# call3, on a second H200 machine, at 814b602 (the change committed; `carry-cuda.sh --build`
+# again): the harness, with upstream stock and compiled in the same call, compiled given the
+# call's remainder (harness-call.sh, not kept in the tree, was):
+#   export STAGE=/tmp/sys1cuda
+#   bench/gpu/cuda.sh setup checkpoint
+#   cp parity-ref/answers-upstream-cpu-f32.jsonl $STAGE/res/
+#   RUNS=30 bench/gpu/cuda.sh engine
+#   CALL_LIMIT=$((585 - SECONDS)) RUNS=30 bench/gpu/cuda.sh upstream parity
+# (answers-upstream-cpu-f32.jsonl is results/gpu/s19-short-default/call2's, not copied again.)
