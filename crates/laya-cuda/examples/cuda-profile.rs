@@ -9,8 +9,8 @@
 //! (default 50) sets the repetitions, `TUNE=1` times cuBLASLt's candidates for every GEMM shape,
 //! `SHORT=N` sets the passes that take faster GEMM kernels of the same bits (`gemm_short_tokens`),
 //! `OWN=1` times our own GEMM kernels among those on Hopper in every pass and `OWN=0` in none
-//! (by default in passes of 2,048 tokens or more, `gemm_own`; `OWN_TOKENS=N` sets that
-//! bound), `ATTENTION=mma` runs `attention_mma` there instead of `attention_wg`. The
+//! (by default in the timed passes of 2,048 tokens or more, `gemm_own`; `OWN_TOKENS=N` sets
+//! that bound), `ATTENTION=mma` runs `attention_mma` there instead of `attention_wg`. The
 //! engine's logs go to stderr as `RUST_LOG` says (e.g. `laya_cuda=debug` for each short
 //! pass's GEMM timings).
 

@@ -75,8 +75,9 @@ pub struct CudaSettings {
     /// own with blocks small enough to spread a few hundred rows over the whole GPU, taken
     /// like cuBLASLt's candidates only where it gives the same bits (`wgmma.rs`). It gives
     /// cuBLASLt's bits for every layer of the three models' shapes. With it on, GeGLU and
-    /// RoPE may run in its epilogue too ([`CudaSettings::gemm_fuse`]). On by default, for
-    /// passes of [`CudaSettings::gemm_own_tokens`] or more.
+    /// RoPE may run in its epilogue too ([`CudaSettings::gemm_fuse`]). On by default, for the
+    /// timed passes (up to [`CudaSettings::gemm_short_tokens`]) of
+    /// [`CudaSettings::gemm_own_tokens`] or more.
     pub gemm_own: bool,
     /// With `gemm_own`, only passes of at least this many tokens time our kernels among their
     /// candidates (0: every pass). On an H100 they paid only in the longest passes (4-5 % at

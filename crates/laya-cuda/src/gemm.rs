@@ -36,9 +36,9 @@
 //! a candidate must give its bits (the tier's algorithm was itself checked against the first
 //! one's when it was chosen).
 //!
-//! On Hopper the short passes' candidates may include `gemm_wg` ([`crate::wgmma`]; off by
-//! default, [`Blas::own`]), a kernel of our own whose blocks are small enough to cover the
-//! GPU with a few hundred rows. It adds up each output as cuBLASLt's split-free Hopper
+//! On Hopper the short passes' candidates may include `gemm_wg` ([`crate::wgmma`]; by
+//! default in passes of [`Blas::own_tokens`] tokens or more, [`Blas::own`]), a kernel of our
+//! own whose blocks are small enough to cover the GPU with a few hundred rows. It adds up each output as cuBLASLt's split-free Hopper
 //! kernels do, and gave their bits for every layer of the three models on an H100; still,
 //! like theirs, its bits are taken only where the check sees them equal to the first
 //! algorithm's. It can also do the step after a GEMM in its epilogue ([`Then`]: GeGLU after

@@ -78,8 +78,8 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             },
         );
         assert_ne!(CudaSettings::default().gemm_short_tokens, 0);
-        // Our own GEMM kernel (Hopper; by default only in passes of 2,048 tokens or more,
-        // which these checkpoints' requests do not reach) among every short pass's candidates.
+        // The default engine times our own GEMM kernels (Hopper) only in passes of 2,048
+        // tokens or more (smoke's longest sizes here); this one in every timed pass.
         let mut own_kernel = engine(
             ckpt,
             &CudaSettings {
@@ -117,6 +117,14 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
             untimed: true,
             ..off
         });
+        // cuBLASLt's timed kernels alone (SYS1_CUDA_GEMM_OWN=0), the default before ours.
+        let mut cublaslt_only = engine(
+            ckpt,
+            &CudaSettings {
+                gemm_own: false,
+                ..CudaSettings::default()
+            },
+        );
         let mut rows_attention = engine(
             ckpt,
             &CudaSettings {
@@ -154,9 +162,13 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
                 first, untimed,
                 "{ckpt} pass {i}: short passes' timed GEMM kernels vs the first algorithm's"
             );
-            // The gemm_wg variants, each reported (not only the first to differ), so that a
+            // The GEMM variants, each reported (not only the first to differ), so that a
             // failure names every path that moved a bit.
             let variants = [
+                (
+                    "cuBLASLt's timed kernels only (gemm_own off)",
+                    &mut cublaslt_only,
+                ),
                 ("with gemm_wg among the timed kernels", &mut unfused),
                 ("Wi and GeGLU in one gemm_wg kernel", &mut geglu),
                 ("Wqkv and RoPE in one gemm_wg kernel", &mut rope),
@@ -171,7 +183,7 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
                 .collect();
             assert!(
                 differing.is_empty(),
-                "{ckpt} pass {i}: against {first:?} without gemm_wg:\n{}",
+                "{ckpt} pass {i}: against the default engine's {first:?}:\n{}",
                 differing.join("\n")
             );
             let reference = rows_attention.forward.run(rows).expect("forward");

@@ -235,10 +235,11 @@ pub struct EngineArgs {
         hide = true
     )]
     pub cuda_gemm_small_tokens: usize,
-    /// CUDA engine: on Hopper, passes may also take our own GEMM kernels, alone or with
-    /// GeGLU or RoPE in their epilogue, where they give the same bits as cuBLASLt's kernel and
-    /// the separate step and are faster (laya-cuda's default).
-    #[arg(long, env = "SYS1_CUDA_GEMM_OWN", default_value = "true", value_parser = truthy, num_args = 0..=1, default_missing_value = "true", hide = true)]
+    /// CUDA engine: on Hopper, timed passes may also take our own GEMM kernels, alone or
+    /// with GeGLU or RoPE in their epilogue, where they give the same bits as cuBLASLt's
+    /// kernel and the separate step and are faster (on, laya-cuda's default; only 0, false,
+    /// no or off turn it off, as with the other default-on switches).
+    #[arg(long, env = "SYS1_CUDA_GEMM_OWN", default_value = "true", value_parser = truthy_default_on, num_args = 0..=1, default_missing_value = "true", hide = true)]
     pub cuda_gemm_own: bool,
     /// CUDA engine: with our own GEMM kernels on, only passes of at least this many tokens
     /// time them (0: every pass; laya-cuda's default).

@@ -272,6 +272,10 @@ mod tests {
         let settings =
             engine_args(&["--cuda-gemm-own=false", "--cuda-gemm-own-tokens", "0"]).cuda_settings();
         assert_eq!((settings.gemm_own, settings.gemm_own_tokens), (false, 0));
+        // Default on: only an explicit no turns it off, an unknown word does not.
+        let own = |flag: &str| engine_args(&[flag]).cuda_settings().gemm_own;
+        assert!(!own("--cuda-gemm-own=off"));
+        assert!(own("--cuda-gemm-own=enabled"));
     }
 
     /// Settling `auto` keeps an explicit choice, and never turns what only MLX computes
