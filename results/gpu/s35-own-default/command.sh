@@ -20,3 +20,4 @@ RUNS=30 bench/gpu/cuda.sh engine
 #   RUNS=30 bench/gpu/cuda.sh engine
 #   CALL_LIMIT=$((585 - SECONDS)) RUNS=30 bench/gpu/cuda.sh upstream parity
 # (answers-upstream-cpu-f32.jsonl is results/gpu/s19-short-default/call2's, not copied again.)
+# call2/machine.txt is call 1's record (the machine stayed warm between the two calls).
