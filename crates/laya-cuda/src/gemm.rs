@@ -38,10 +38,10 @@
 //!
 //! On Hopper the short passes' candidates may include `gemm_wg` ([`crate::wgmma`]; by
 //! default in passes of [`Blas::own_tokens`] tokens or more, [`Blas::own`]), a kernel of our
-//! own whose blocks are small enough to cover the GPU with a few hundred rows. It adds up each output as cuBLASLt's split-free Hopper
-//! kernels do, and gave their bits for every layer of the three models on an H100; still,
-//! like theirs, its bits are taken only where the check sees them equal to the first
-//! algorithm's. It can also do the step after a GEMM in its epilogue ([`Then`]: GeGLU after
+//! own whose blocks are small enough to cover the GPU with a few hundred rows. It adds up
+//! each output as cuBLASLt's split-free Hopper kernels do, and gave their bits for every
+//! layer of the three models on an H100; still, like theirs, its bits are taken only where
+//! the check sees them equal to the first algorithm's. It can also do the step after a GEMM in its epilogue ([`Then`]: GeGLU after
 //! `Wi`, RoPE after `Wqkv`), which a short pass takes the same way: timed against the GEMM
 //! plus the step's own kernel, and only where it gives their bits.
 
@@ -1049,20 +1049,20 @@ impl Blas {
             return None;
         }
         let invariant = self.families.get(&s.family()).is_some_and(|c| c.invariant);
-        let tile =
-            if invariant && self.own_for(s) && s.tokens <= self.short_tokens && self.short_timing {
-                // Taken out for the call, which borrows the plan beside `self`.
-                let plan = self.plans.remove(&s)?;
-                let chosen = self.choose_fused(s, &plan, then, g, stream);
-                self.plans.insert(s, plan);
-                chosen.unwrap_or_else(|e| {
-                    tracing::warn!(?s, error = %e,
+        let timed = self.short_timing && s.tokens <= self.short_tokens;
+        let tile = if invariant && timed && self.own_for(s) {
+            // Taken out for the call, which borrows the plan beside `self`.
+            let plan = self.plans.remove(&s)?;
+            let chosen = self.choose_fused(s, &plan, then, g, stream);
+            self.plans.insert(s, plan);
+            chosen.unwrap_or_else(|e| {
+                tracing::warn!(?s, error = %e,
                     "timing gemm_wg with the next step fused failed; the pass runs them apart");
-                    None
-                })
-            } else {
                 None
-            };
+            })
+        } else {
+            None
+        };
         self.fused.insert(key, tile);
         tile
     }

@@ -511,6 +511,18 @@ fn seconds_or(s: &str, default: f64) -> f64 {
     }
 }
 
+/// The engine arguments `sys1rust serve ARGS` parses to, for the tests of the modules that
+/// read them.
+#[cfg(test)]
+pub(crate) fn serve_engine_args(args: &[&str]) -> EngineArgs {
+    use clap::Parser;
+    let argv = ["sys1rust", "serve"].iter().chain(args).copied();
+    match Cli::try_parse_from(argv).expect("arguments parse").command {
+        Command::Serve(serve) => serve.model.engine,
+        _ => unreachable!("a serve command"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -235,17 +235,7 @@ impl EngineArgs {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
-    use crate::cli::{Cli, Command};
-
-    fn engine_args(args: &[&str]) -> crate::cli::EngineArgs {
-        let argv = ["sys1rust", "serve"].iter().chain(args).copied();
-        match Cli::try_parse_from(argv).expect("arguments parse").command {
-            Command::Serve(serve) => serve.model.engine,
-            _ => unreachable!("a serve command"),
-        }
-    }
+    use crate::cli::serve_engine_args as engine_args;
 
     /// The shared-pass budget follows the engine when `--batch-tokens` is not given: long
     /// passes on the CUDA engine, passes of a few thousand tokens on the CPU.

@@ -257,17 +257,9 @@ mod tests {
     use super::*;
 
     fn cuda_engine(kernel_cache: Option<&Path>) -> EngineArgs {
-        use clap::Parser;
-        let argv = ["sys1rust", "serve", "--engine", "cuda"];
-        match crate::cli::Cli::try_parse_from(argv)
-            .expect("arguments parse")
-            .command
-        {
-            crate::cli::Command::Serve(serve) => EngineArgs {
-                kernel_cache: kernel_cache.map(Path::to_path_buf),
-                ..serve.model.engine
-            },
-            _ => unreachable!("a serve command"),
+        EngineArgs {
+            kernel_cache: kernel_cache.map(Path::to_path_buf),
+            ..crate::cli::serve_engine_args(&["--engine", "cuda"])
         }
     }
 
