@@ -31,6 +31,8 @@
 #   variants    `engine` and the served load with the GEMM algorithms picked at each of
 #               GEMM_VARIANTS token counts (SYS1_CUDA_GEMM_TOKENS; `T/L` also sets the long
 #               passes' count, SYS1_CUDA_GEMM_LARGE_TOKENS, 0 for none)
+#   settings    this tree's binary under each of SETTINGS: smoke's answers compared, and
+#               in-process AB_SHAPES in alternating rounds (AB_ROUNDS)
 #   ab          the carried baseline binary (bin/sys1rust-base, see carry-cuda.sh; or with
 #               BASE_ENV this tree's binary under those settings, below) against this tree's in
 #               alternating rounds (AB_ROUNDS, 3): in-process AB_SHAPES and wrk with
@@ -322,6 +324,34 @@ phase_variants() {
 
 AB_ROUNDS=${AB_ROUNDS:-3}
 AB_SHAPES=${AB_SHAPES:-s128_q1,s512_q1,s256_q10,s512_q10}
+
+# This tree's binary under each of SETTINGS (`|`-separated sets of NAME=VALUE, e.g.
+# "SYS1_CUDA_PDL=0|SYS1_CUDA_PDL=1"): smoke's answers served under each, compared byte for
+# byte with the first's, then AB_ROUNDS rounds of in-process AB_SHAPES taking the settings in
+# turn, so that they share the machine's drift. Results: settings-N-*.
+phase_settings() {
+  local i r
+  local -a sets
+  IFS='|' read -r -a sets <<< "${SETTINGS:?SETTINGS: |-separated sets of NAME=VALUE}"
+  for i in "${!sets[@]}"; do
+    say "settings $i: ${sets[$i]}"
+    # shellcheck disable=SC2086 # one NAME=VALUE a word
+    (export ${sets[$i]}; smoke_answers "settings-$i" --engine cuda)
+    [ "$i" = 0 ] && continue
+    compare_answers "$RES/answers-settings-0.jsonl" "$RES/answers-settings-$i.jsonl" > "$RES/settings-compare-$i.json"
+    say "settings $i answers against settings 0: $(cat "$RES/settings-compare-$i.json")"
+  done
+  for r in $(seq 1 "$AB_ROUNDS"); do
+    for i in "${!sets[@]}"; do
+      # shellcheck disable=SC2086
+      env ${sets[$i]} timeout -k 5 200 "$SYS1" bench --model "$CKPT" --engine cuda --workload "$SMOKE" \
+        --shapes "$AB_SHAPES" --runs "$RUNS" --warmup "$WARMUP" \
+        > "$RES/settings-$i-$r.json" 2> "$RES/settings-$i-$r.log"
+      say "settings $i round $r: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%s:%.2f" % (s["shape"], s["median_ms"]) for s in d["shapes"]))' "$RES/settings-$i-$r.json")"
+    done
+    pack
+  done
+}
 # The binary `ab` calls `name`: this tree's (new) or a carried one (base, mid).
 # BASE_ENV: the baseline is this tree's binary under those settings (a wrapper beside it, so
 # a carried bin/sys1rust-base is left alone), for a change that a setting switches. With the
