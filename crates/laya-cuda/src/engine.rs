@@ -19,9 +19,7 @@ use crate::batch::{self, Bucket};
 use crate::compile;
 use crate::error::{CudaError, ForwardError, LoadError};
 use crate::gemm::{Blas, Choices, Gemm, Kind, Then, HEAD_DIM};
-use crate::gpu::{
-    copy_in, copy_out, Args, DependentLaunches, DeviceBuf, Event, Gpu, Graph, Module, PinnedBuf,
-};
+use crate::gpu::{copy_in, copy_out, Args, DeviceBuf, Event, Gpu, Graph, Module, PinnedBuf};
 use crate::weights::Weights;
 use crate::wgmma::WgKernels;
 
@@ -90,16 +88,6 @@ pub struct CudaSettings {
     /// With `gemm_own`, which steps after a GEMM a short pass may run in `gemm_wg`'s
     /// epilogue, and whether only where that was timed faster.
     pub gemm_fuse: Fuse,
-    /// With `gemm_own`, the timed passes take our kernels wherever they give the same bits,
-    /// timed faster than cuBLASLt's or not: timed alone, one kernel at a time, they cannot
-    /// show what [`CudaSettings::dependent_launches`] gains them. Off by default.
-    pub gemm_own_prefer: bool,
-    /// On Hopper, launch every kernel of ours as a programmatic dependent of the one before
-    /// (`cuLaunchKernelEx`'s programmatic stream serialization): it starts while that kernel
-    /// finishes and waits on the GPU for its end before reading what it wrote, instead of
-    /// starting only after it. Changes no value. cuBLASLt's kernels keep the plain order, so
-    /// with `gemm_own_prefer` more of a pass gains. Off by default.
-    pub dependent_launches: bool,
 }
 
 /// Steps after a GEMM that `gemm_wg` may run in its epilogue ([`CudaSettings::gemm_fuse`]);
@@ -140,8 +128,6 @@ impl Default for CudaSettings {
             gemm_own: true,
             gemm_own_tokens: 2048,
             gemm_fuse: Fuse::default(),
-            gemm_own_prefer: false,
-            dependent_launches: false,
         }
     }
 }
@@ -297,8 +283,6 @@ pub struct CudaEngine {
     /// Buckets whose capture failed: they run kernel by kernel from then on.
     no_graph: HashSet<Bucket>,
     stats: Stats,
-    /// [`CudaSettings::dependent_launches`], where the GPU has them.
-    dependent_launches: bool,
     gpu: Gpu,
 }
 
@@ -393,10 +377,6 @@ impl CudaEngine {
         blas.own = own;
         blas.own_tokens = settings.gemm_own_tokens;
         blas.fuse_untimed = settings.gemm_fuse.untimed;
-        blas.own_prefer = settings.gemm_own_prefer;
-        // Programmatic dependents and `griddepcontrol` are Hopper's (compute capability 9.0
-        // on), as is the rest of what `has_wgmma` gates.
-        let dependent_launches = settings.dependent_launches && compile::has_wgmma(gpu.cc);
         tracing::info!(
             dir = %dir.display(),
             gpu = %gpu.name,
@@ -404,7 +384,6 @@ impl CudaEngine {
             weights_mib = weights.bytes >> 20,
             kernels_cached = compiled.cached,
             attention = kernels.attention(settings.attention).name(),
-            dependent_launches,
             ms = started.elapsed().as_millis() as u64,
             "checkpoint loaded on CUDA"
         );
@@ -418,7 +397,6 @@ impl CudaEngine {
             graphs: HashMap::new(),
             no_graph: HashSet::new(),
             stats: Stats::default(),
-            dependent_launches,
             gpu,
         })
     }
@@ -692,7 +670,6 @@ impl CudaEngine {
         b: Bucket,
         mut marks: Option<&mut Vec<(&'static str, Event)>>,
     ) -> Result<(), CudaError> {
-        let _launches = DependentLaunches::begin(self.dependent_launches);
         let work = self.work.as_ref().ok_or_else(no_workspace)?;
         let w = &self.weights;
         let k = &self.kernels;

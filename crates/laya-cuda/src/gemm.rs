@@ -374,10 +374,6 @@ pub struct Blas {
     /// Take `gemm_wg` with the next step fused wherever it gives the same bits, timed faster
     /// or not ([`crate::engine::Fuse::untimed`]).
     pub fuse_untimed: bool,
-    /// Take `gemm_wg` (and the next step fused into it) in the timed passes wherever it gives
-    /// the same bits, the fastest of its forms, faster than cuBLASLt's or not
-    /// ([`crate::CudaSettings::gemm_own_prefer`]).
-    pub own_prefer: bool,
     /// Time the batch-invariant candidates when planning (off: the first of them).
     pub tune: bool,
     /// The token count the heuristic is asked about when a family's algorithm is chosen: the
@@ -435,7 +431,6 @@ impl Blas {
             short_own: 0,
             fused: HashMap::new(),
             fuse_untimed: false,
-            own_prefer: false,
             own: None,
             own_tokens: 0,
             own_same_bits: HashMap::new(),
@@ -964,23 +959,16 @@ impl Blas {
             })
             .collect();
         tracing::debug!(?s, base_us, ?own_us, "short pass timed");
-        // (µs, the rank among the candidates, algorithm), fastest first; with `own_prefer`
-        // our forms first, however they compare.
-        let prefer = self.own_prefer;
-        let preferred = |a: &Algo| prefer && matches!(a, Algo::Own(_));
+        // (µs, the rank among the candidates, algorithm), fastest first.
         let mut order: Vec<(f32, usize, Algo)> = rest
             .iter()
             .copied()
             .zip(candidates)
             .enumerate()
             .map(|(rank, (us, algo))| (us, rank, algo))
-            .filter(|(us, _, algo)| preferred(algo) || *us < base_us * SHORT_MARGIN)
+            .filter(|(us, _, _)| *us < base_us * SHORT_MARGIN)
             .collect();
-        order.sort_by(|a, b| {
-            preferred(&b.2)
-                .cmp(&preferred(&a.2))
-                .then(a.0.total_cmp(&b.0))
-        });
+        order.sort_by(|a, b| a.0.total_cmp(&b.0));
         for (us, rank, algo) in order {
             let found = probe.differences(self, base, &algo, plan, s.tokens, stream)?;
             if found.is_some_and(|(differing, _)| differing == 0) {
@@ -1114,9 +1102,8 @@ impl Blas {
             ..*g
         };
         let after = then.to(scratch.at(s.tokens * s.out * 2));
-        // The forms to check, fastest first: untimed (tests, or our kernels preferred), the
-        // widest first.
-        let order: Vec<Tile> = if self.fuse_untimed || self.own_prefer {
+        // The forms to check, fastest first: untimed (tests), the widest first.
+        let order: Vec<Tile> = if self.fuse_untimed {
             tiles.into_iter().rev().collect()
         } else {
             type Run<'a> = Box<dyn Fn() -> Result<(), CudaError> + 'a>;

@@ -3,7 +3,6 @@
 //! over the driver API (through cudarc's raw bindings), so the engine holds plain device
 //! pointers that stay fixed for the graphs that capture them.
 
-use std::cell::Cell;
 use std::ffi::{c_void, CString};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -545,38 +544,6 @@ impl TensorMap {
     }
 }
 
-thread_local! {
-    /// Whether [`Args::launch`] on this thread launches programmatic dependents
-    /// ([`DependentLaunches`]).
-    static DEPENDENT: Cell<bool> = const { Cell::new(false) };
-}
-
-/// While held, every [`Args::launch`] on this thread is a programmatic dependent of the work
-/// before it ([`Args::launch_dependent`]): a pass's kernels then start while the kernel
-/// before them finishes, each waiting in `pdl_enter` (kernels.cu) before it reads anything.
-/// A switch for the whole pass rather than an argument at each of its launches, because
-/// the pass's kernels are all launched the same way (cuBLASLt's, which it launches itself,
-/// keep the stream's plain order). Dropping it restores the previous mode.
-#[must_use = "dependent launches end when this is dropped"]
-pub struct DependentLaunches {
-    previous: bool,
-}
-
-impl DependentLaunches {
-    /// Launches on this thread are dependents while the value lives, if `on`.
-    pub fn begin(on: bool) -> DependentLaunches {
-        DependentLaunches {
-            previous: DEPENDENT.with(|d| d.replace(on)),
-        }
-    }
-}
-
-impl Drop for DependentLaunches {
-    fn drop(&mut self) {
-        DEPENDENT.with(|d| d.set(self.previous));
-    }
-}
-
 /// One kernel parameter: an 8-byte slot (the driver reads each parameter's own size from its
 /// address: little-endian, so the low bytes), or a tensor map passed by value.
 enum Param {
@@ -629,8 +596,7 @@ impl Args {
             .collect()
     }
 
-    /// Launches `f` on `stream`: as a programmatic dependent while this thread holds
-    /// [`DependentLaunches`], else in the stream's plain order.
+    /// Launches `f` on `stream`.
     pub fn launch(
         mut self,
         f: sys::CUfunction,
@@ -639,9 +605,6 @@ impl Args {
         shared: u32,
         stream: sys::CUstream,
     ) -> Result<(), CudaError> {
-        if DEPENDENT.with(Cell::get) {
-            return self.launch_dependent(f, grid, block, shared, stream);
-        }
         let mut params = self.pointers();
         // SAFETY: the caller passes the kernel's exact parameter list; the slots outlive the
         // call, which copies them.

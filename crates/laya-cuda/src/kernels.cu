@@ -54,15 +54,6 @@ __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-// Every kernel but gemm_tma (which fetches weights before it waits) begins here, so that any
-// of them may be launched as a programmatic dependent (CudaSettings::dependent_launches): it
-// reads nothing before the kernel before it has finished, and since every thread waits, its
-// own end implies that kernel's, which the kernel after it relies on in turn. Then it lets
-// the next kernel's launch overlap its own run.
-__device__ __forceinline__ void pdl_enter() {
-    pdl_wait();
-    pdl_release();
-}
 
 // ---------------------------------------------------------------------------------------
 // Row norms: one warp per row of d values (d % 8 == 0, d ≤ 256·MAXC), each lane holding 8
@@ -173,7 +164,7 @@ __device__ __forceinline__ void layer_norm(float* v, int d, int nc, int lane, co
 }
 
 #define ROW_SETUP                                                        \
-    pdl_enter();                                                         \
+    pdl_release();                                                       \
     const int lane = threadIdx.x & 31;                                   \
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); \
     if (row >= n) return;                                                \
@@ -250,7 +241,7 @@ extern "C" __global__ void gather_norm(const float* __restrict__ h, const int* _
 // Block (t, y) covers token t's columns from y · blockDim · 8: the token comes from the grid,
 // not from a 64-bit division of a flat index, which cost about as much as the GELUs.
 extern "C" __global__ void geglu(const f16* __restrict__ wi, f16* __restrict__ g, int n, int inter) {
-    pdl_enter();
+    pdl_release();
     const size_t t = blockIdx.x;
     const int i = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
     if ((int)t >= n || i >= inter) return;
@@ -354,7 +345,7 @@ __device__ __forceinline__ void rope8(float* x1, float* x2, int ps, int c8, cons
 extern "C" __global__ void rope_qk(f16* __restrict__ qkv, int ld, int d, const int* __restrict__ tok_pos,
                                    const float* __restrict__ rc, const float* __restrict__ rs, int n,
                                    int heads) {
-    pdl_enter();
+    pdl_release();
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     const int per_tok = heads * 8;
     if (idx >= n * per_tok) return;
@@ -562,7 +553,7 @@ extern "C" __global__ void __launch_bounds__(128, LAYA_ATT_BLOCKS)
 attention_mma(const f16* __restrict__ q, const f16* __restrict__ k, const f16* __restrict__ v, int ld,
               f16* __restrict__ out, int out_ld, const int* __restrict__ tiles,
               const int* __restrict__ tok_start, const int* __restrict__ tok_end, int window, float scale) {
-    pdl_enter();
+    pdl_release();
     __shared__ __align__(16) f16 sq[BQ * SROW];
     __shared__ __align__(16) f16 sk[2][BK * SROW];
     __shared__ __align__(16) f16 sv[2][BK * SROW];
@@ -678,7 +669,7 @@ attention_rows(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_to
                const int* __restrict__ tok_start, const int* __restrict__ tok_end, const int* __restrict__ tok_pos,
                const float* __restrict__ rope_cos, const float* __restrict__ rope_sin, int window, int n, int heads,
                float scale) {
-    pdl_enter();
+    pdl_release();
     __shared__ float part[4][65];
     __shared__ float wmax[4];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -750,7 +741,7 @@ attention_sel(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_tok
               const int* __restrict__ tok_start, const int* __restrict__ tok_end,
               const int* __restrict__ row_sel, const int* __restrict__ row_nmark, const int* __restrict__ nrows,
               int n, int heads, float scale) {
-    pdl_enter();
+    pdl_release();
     __shared__ float ps[SEL_CHUNK];
     __shared__ float red[4];
     __shared__ float part[16][65];
@@ -848,7 +839,6 @@ attention_sel(const f16* __restrict__ q, int q_ld, const int* __restrict__ q_tok
 extern "C" __global__ void __launch_bounds__(256)
 scorer_hidden(const float* __restrict__ z, const float* __restrict__ w1, const float* __restrict__ b1,
               float* __restrict__ u, int n, int d, int per_block) {
-    pdl_enter();
     const int lane = threadIdx.x & 31;
     const int o = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (o >= d) return;
@@ -872,7 +862,6 @@ scorer_hidden(const float* __restrict__ z, const float* __restrict__ w1, const f
 extern "C" __global__ void scorer_out(const float* __restrict__ u, const float* __restrict__ w3,
                                       const float* __restrict__ b3, float* __restrict__ logits, int n,
                                       int d) {
-    pdl_enter();
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= n) return;
@@ -892,7 +881,6 @@ extern "C" __global__ void act_hidden(const float* __restrict__ logits, const fl
                                       const int* __restrict__ nrows, const float* __restrict__ w0,
                                       const float* __restrict__ b0, float* __restrict__ hid, int d,
                                       int hidden) {
-    pdl_enter();
     __shared__ float feats[4];
     const int r = blockIdx.x;
     if (r >= nrows[0]) return;
@@ -937,7 +925,6 @@ extern "C" __global__ void act_hidden(const float* __restrict__ logits, const fl
 extern "C" __global__ void act_out(const float* __restrict__ hid, const int* __restrict__ nrows,
                                    const float* __restrict__ w2, const float* __restrict__ b2,
                                    float* __restrict__ act, int hidden, int n_act) {
-    pdl_enter();
     const int lane = threadIdx.x & 31;
     const int w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int r = w / n_act, a = w % n_act;
@@ -1034,8 +1021,9 @@ __device__ __forceinline__ void wgmma_step(float* d, unsigned long long a, unsig
 
 // Queues the copies of one stage: rows [m0, m0 + 64) of x and [n0, n0 + BN) of w, halves
 // [kk, kk + 64) of each, into the swizzled tiles at shared addresses `sa` and `sb`.
-__device__ __forceinline__ void wg_load_x(u32 sa, const f16* __restrict__ x, int m, int k, int m0, int kk,
-                                          int tid) {
+template <int BN>
+__device__ __forceinline__ void wg_load(u32 sa, u32 sb, const f16* __restrict__ x, const f16* __restrict__ w,
+                                        int m, int k, int m0, int n0, int up, int kk, int tid) {
 #pragma unroll
     for (int i = 0; i < WG_BM * 8 / 128; ++i) {
         const int c = tid + i * 128, r = c >> 3, ch = c & 7, row = m0 + r;
@@ -1044,10 +1032,6 @@ __device__ __forceinline__ void wg_load_x(u32 sa, const f16* __restrict__ x, int
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa + r * 128 + ((ch ^ (r & 7)) << 4)),
                      "l"(src), "r"(ok ? 16 : 0));
     }
-}
-template <int BN>
-__device__ __forceinline__ void wg_load_w(u32 sb, const f16* __restrict__ w, int k, int n0, int up, int kk,
-                                          int tid) {
 #pragma unroll
     for (int i = 0; i < BN * 8 / 128; ++i) {
         const int c = tid + i * 128, r = c >> 3, ch = c & 7;
@@ -1057,12 +1041,6 @@ __device__ __forceinline__ void wg_load_w(u32 sb, const f16* __restrict__ w, int
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 16;" ::"r"(sb + r * 128 + ((ch ^ (r & 7)) << 4)),
                      "l"(src));
     }
-}
-template <int BN>
-__device__ __forceinline__ void wg_load(u32 sa, u32 sb, const f16* __restrict__ x, const f16* __restrict__ w,
-                                        int m, int k, int m0, int n0, int up, int kk, int tid) {
-    wg_load_x(sa, x, m, k, m0, kk, tid);
-    wg_load_w<BN>(sb, w, k, n0, up, kk, tid);
 }
 
 // What the epilogue does (gemm.rs `Kind::code`): f16 out; + f16 bias; ReLU(+ f16 bias);
@@ -1215,6 +1193,7 @@ __device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __
                                         const void* __restrict__ bias, void* __restrict__ y, int m, int n, int k,
                                         int kind, int aux, const int* __restrict__ pos,
                                         const float* __restrict__ rc, const float* __restrict__ rs) {
+    pdl_release();
     extern __shared__ unsigned char wg_smem[];
     const int up = kind == WG_GEGLU ? aux : 0;
     constexpr u32 A_BYTES = WG_BM * 128, STAGE = (WG_BM + BN) * 128;
@@ -1230,18 +1209,9 @@ __device__ __forceinline__ void gemm_wg(const f16* __restrict__ x, const f16* __
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
 
-    // The weights never depend on the kernel before: as a programmatic dependent the block
-    // asks for its first stages' weights, then waits (pdl_enter) before it reads x or y.
-    // The first copy group then holds those weights too, so waiting for a stage's group
-    // still waits for its weights.
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {
-        if (s < tiles) wg_load_w<BN>(base + s * STAGE + A_BYTES, w, k, n0, up, s * WG_BK, tid);
-    }
-    pdl_enter();
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-        if (s < tiles) wg_load_x(base + s * STAGE, x, m, k, m0, s * WG_BK, tid);
+        if (s < tiles) wg_load<BN>(base + s * STAGE, base + s * STAGE + A_BYTES, x, w, m, k, m0, n0, up, s * WG_BK, tid);
         cp_async_commit();
     }
     for (int kt = 0; kt < tiles; ++kt) {
@@ -1366,7 +1336,7 @@ extern "C" __global__ void __launch_bounds__(128, LAYA_ATT_BLOCKS)
 attention_wg(const f16* __restrict__ q, const f16* __restrict__ k, const f16* __restrict__ v, int ld,
              f16* __restrict__ out, int out_ld, const int* __restrict__ tiles, const int* __restrict__ tok_start,
              const int* __restrict__ tok_end, int window, float scale) {
-    pdl_enter();
+    pdl_release();
     extern __shared__ unsigned char att_smem[];
     // Q, then two stages of K and V, 8 KB each, on the swizzle's 1024-byte period (the launch
     // asks for 1 KB more than the five tiles).
@@ -1711,7 +1681,6 @@ gemm_tma_m192_n128(const __grid_constant__ TmaMap ta, const __grid_constant__ Tm
 // Holds the stream for `ns` nanoseconds, so that work queued behind it starts back to back
 // (the profiler's way to time steps without the host's launch gaps).
 extern "C" __global__ void spin(long long ns) {
-    pdl_enter();
     unsigned long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
     do {

@@ -53,8 +53,7 @@ fn f16_answers_within_tolerance() {
 
 /// Also: the short passes' faster GEMM kernels (`gemm_short_tokens`, on by default), with or
 /// without our own among them (`gemm_own`), alone or with GeGLU or RoPE in its epilogue
-/// (`gemm_fuse`), change no bit against the first algorithm alone; nor do programmatic
-/// dependent launches (`dependent_launches`).
+/// (`gemm_fuse`), change no bit against the first algorithm alone.
 #[test]
 fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
     if !gpu() {
@@ -126,27 +125,6 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
                 ..CudaSettings::default()
             },
         );
-        // Every kernel of ours a programmatic dependent of the one before (Hopper; elsewhere
-        // the setting does nothing): with cuBLASLt's kernels as the default has them, and
-        // with ours taken in every timed pass wherever they give the same bits. A kernel
-        // that read before its wait would race, and move bits here sooner or later.
-        let mut dependent = engine(
-            ckpt,
-            &CudaSettings {
-                dependent_launches: true,
-                ..CudaSettings::default()
-            },
-        );
-        let mut dependent_own = engine(
-            ckpt,
-            &CudaSettings {
-                dependent_launches: true,
-                gemm_own: true,
-                gemm_own_tokens: 0,
-                gemm_own_prefer: true,
-                ..CudaSettings::default()
-            },
-        );
         let mut rows_attention = engine(
             ckpt,
             &CudaSettings {
@@ -195,11 +173,6 @@ fn deterministic_with_and_without_graphs_and_close_to_reference_attention() {
                 ("Wi and GeGLU in one gemm_wg kernel", &mut geglu),
                 ("Wqkv and RoPE in one gemm_wg kernel", &mut rope),
                 ("with gemm_wg and its fused steps timed", &mut own_kernel),
-                ("dependent launches", &mut dependent),
-                (
-                    "dependent launches, gemm_wg wherever the bits allow",
-                    &mut dependent_own,
-                ),
             ];
             let differing: Vec<String> = variants
                 .into_iter()
@@ -328,23 +301,6 @@ fn batch_mates_do_not_change_answers() {
         println!(
             "large, GeGLU and RoPE fused where the bits allow: {} short pass sizes and steps",
             c.fused
-        );
-        // Our kernels wherever they give the bits, each a programmatic dependent of the one
-        // before: alone and among mates, a request's passes differ in size and so in which
-        // kernels run and how they overlap.
-        let settings = CudaSettings {
-            gemm_own_prefer: true,
-            dependent_launches: true,
-            gemm_fuse: Fuse::default(),
-            ..settings
-        };
-        let forward = CudaEngine::load(dir, &settings).expect("large loads");
-        let mut e = Agent::load(dir, forward).expect("tokenizer and configs load");
-        checked += check_batch_mates(&mut e.forward, &passes, 150, 19, "large, dependent");
-        let c = e.forward.gemm_algorithms();
-        println!(
-            "large, dependent launches, gemm_wg preferred: {} of {} timed short pass sizes took it; {} fused",
-            c.own, c.short_pass, c.fused
         );
     } else {
         eprintln!("LAYA_CUDA_LARGE unset: the large shape is not checked");

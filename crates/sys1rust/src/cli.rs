@@ -250,14 +250,6 @@ pub struct EngineArgs {
         hide = true
     )]
     pub cuda_gemm_own_tokens: usize,
-    /// CUDA engine: with our own GEMM kernels on, the timed passes take them wherever they
-    /// give the same bits, faster alone or not (off, laya-cuda's default).
-    #[arg(long, env = "SYS1_CUDA_GEMM_OWN_PREFER", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true", hide = true)]
-    pub cuda_gemm_own_prefer: bool,
-    /// CUDA engine: on Hopper, our kernels start as programmatic dependents of the kernel
-    /// before them (off, laya-cuda's default).
-    #[arg(long, env = "SYS1_CUDA_PDL", default_value = "false", value_parser = truthy, num_args = 0..=1, default_missing_value = "true", hide = true)]
-    pub cuda_pdl: bool,
     /// Persistent directory for compiled GPU kernels (serve's --kernel-cache).
     #[arg(skip)]
     pub kernel_cache: Option<PathBuf>,

@@ -67,8 +67,6 @@ impl EngineArgs {
         s.gemm_short_tokens = self.cuda_gemm_small_tokens;
         s.gemm_own = self.cuda_gemm_own;
         s.gemm_own_tokens = self.cuda_gemm_own_tokens;
-        s.gemm_own_prefer = self.cuda_gemm_own_prefer;
-        s.dependent_launches = self.cuda_pdl;
         s.attention = match self.cuda_attention {
             CudaAttention::Flash => laya_cuda::Attention::TensorCore,
             CudaAttention::Mma => laya_cuda::Attention::Mma,
@@ -268,32 +266,6 @@ mod tests {
         let own = |flag: &str| engine_args(&[flag]).cuda_settings().gemm_own;
         assert!(!own("--cuda-gemm-own=off"));
         assert!(own("--cuda-gemm-own=enabled"));
-    }
-
-    /// Programmatic dependent launches and the preference for our GEMM kernels are off
-    /// unless asked for, as in the engine's own defaults, and reach the engine when given.
-    #[test]
-    fn dependent_launches_and_own_preference_are_opt_in() {
-        let defaults = laya_cuda::CudaSettings::default();
-        let settings = engine_args(&[]).cuda_settings();
-        assert_eq!(
-            (settings.dependent_launches, settings.gemm_own_prefer),
-            (defaults.dependent_launches, defaults.gemm_own_prefer)
-        );
-        assert_eq!(
-            (settings.dependent_launches, settings.gemm_own_prefer),
-            (false, false)
-        );
-        let settings = engine_args(&["--cuda-pdl", "--cuda-gemm-own-prefer=1"]).cuda_settings();
-        assert_eq!(
-            (settings.dependent_launches, settings.gemm_own_prefer),
-            (true, true)
-        );
-        assert!(
-            !engine_args(&["--cuda-pdl=maybe"])
-                .cuda_settings()
-                .dependent_launches
-        );
     }
 
     /// Settling `auto` keeps an explicit choice, and never turns what only MLX computes
