@@ -4,8 +4,9 @@
 //! nothing, so a request's answer does not depend on which one runs it (the CUDA engine is
 //! batch-invariant and every worker runs the same kernels).
 //!
-//! A worker whose thread has stopped (its engines failed to load, or it died) is skipped from
-//! then on; a request it refused is sent to the next one. One worker is the plain case: the
+//! A worker whose thread has stopped (it died), or whose engines failed to load, is skipped
+//! from then on; a request it refused, queued before the failure or sent after it, goes to
+//! the next one. One worker is the plain case: the
 //! pool is then exactly that worker.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -15,7 +16,7 @@ use std::time::Duration;
 use laya_core::checkpoints::Resident;
 use laya_core::decide::Decision;
 
-use crate::worker::{Answer, WorkerError, WorkerHandle};
+use crate::worker::{Answer, Outcome, WorkerError, WorkerHandle};
 
 struct Member {
     ordinal: usize,
@@ -121,31 +122,31 @@ impl Pool {
             };
             let member = &self.members[slot.index];
             // Prepared for this worker's checkpoints: one given back is prepared again.
-            let prepped = member.handle.prepare(job.0).await;
-            match member.handle.enqueue(prepped, job.1) {
-                Ok(reply) => {
-                    let outcome = match reply.await {
-                        Ok(outcome) => outcome,
-                        Err(_) => {
-                            member.alive.store(false, Ordering::SeqCst);
-                            Err(WorkerError::Stopped)
+            let (prepped, ticket) = member.handle.prepare(job.0, job.1).await;
+            let refused = match member.handle.enqueue(prepped, ticket) {
+                Ok(reply) => match reply.await {
+                    Ok(Outcome::Done(outcome)) => {
+                        if outcome.is_ok() {
+                            member.answered.fetch_add(1, Ordering::SeqCst);
                         }
-                    };
-                    if outcome.is_ok() {
-                        member.answered.fetch_add(1, Ordering::SeqCst);
+                        return outcome;
                     }
-                    return outcome;
-                }
-                Err(unsent) => {
-                    tracing::warn!(
-                        worker = slot.index,
-                        gpu = member.ordinal,
-                        "engine worker stopped; sending its requests to the others"
-                    );
-                    member.alive.store(false, Ordering::SeqCst);
-                    job = *unsent;
-                }
-            }
+                    Ok(Outcome::Refused(unsent)) => unsent,
+                    Err(_) => {
+                        member.alive.store(false, Ordering::SeqCst);
+                        return Err(WorkerError::Stopped);
+                    }
+                },
+                Err(unsent) => unsent,
+            };
+            // Its thread has stopped, or its engines failed to load.
+            tracing::warn!(
+                worker = slot.index,
+                gpu = member.ordinal,
+                "engine worker not running; sending its requests to the others"
+            );
+            member.alive.store(false, Ordering::SeqCst);
+            job = *refused;
         }
     }
 

@@ -63,12 +63,21 @@ struct Job {
     /// The request's admission slot: held until its decision is done, even when the client
     /// has gone, as upstream's handler holds it.
     _ticket: Box<dyn Send>,
-    reply: oneshot::Sender<Result<Answer, WorkerError>>,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// What a queued decision gets back.
+pub(crate) enum Outcome {
+    /// The worker ran it.
+    Done(Result<Answer, WorkerError>),
+    /// The worker's engines failed to load: the decision comes back unrun, with its ticket,
+    /// for another worker to take.
+    Refused(Box<Unsent>),
 }
 
 /// A taken job's way back to its client.
 struct Waiting {
-    reply: oneshot::Sender<Result<Answer, WorkerError>>,
+    reply: oneshot::Sender<Outcome>,
     ticket: Box<dyn Send>,
     prepare_ms: f64,
 }
@@ -80,7 +89,7 @@ impl Waiting {
         // this answer must find the slot free.
         drop(self.ticket);
         // The client may have gone; its answer is discarded like upstream's.
-        let _ = self.reply.send(outcome);
+        let _ = self.reply.send(Outcome::Done(outcome));
     }
 }
 
@@ -155,7 +164,7 @@ impl From<Decision> for Prepped {
 }
 
 /// Where a queued decision's outcome arrives.
-pub(crate) type Reply = oneshot::Receiver<Result<Answer, WorkerError>>;
+pub(crate) type Reply = oneshot::Receiver<Outcome>;
 /// A decision a stopped worker could not take, with its admission ticket.
 pub(crate) type Unsent = (Decision, Box<dyn Send>);
 
@@ -201,16 +210,24 @@ impl WorkerHandle {
         decision: Decision,
         ticket: impl Send + 'static,
     ) -> Result<Answer, WorkerError> {
-        let prepped = self.prepare(decision).await;
-        match self.enqueue(prepped, Box::new(ticket)) {
-            Ok(reply) => reply.await.map_err(|_| WorkerError::Stopped)?,
+        let (prepped, ticket) = self.prepare(decision, Box::new(ticket)).await;
+        match self.enqueue(prepped, ticket) {
+            Ok(reply) => match reply.await {
+                Ok(Outcome::Done(outcome)) => outcome,
+                Ok(Outcome::Refused(_)) | Err(_) => Err(WorkerError::Stopped),
+            },
             Err(_) => Err(WorkerError::Stopped),
         }
     }
 
     /// Prepares a decision on a blocking thread from the worker's published layouts; as it
-    /// is when the worker's requests do not share passes (nothing to lay out ahead).
-    pub(crate) async fn prepare(&self, decision: Decision) -> Prepped {
+    /// is when the worker's requests do not share passes (nothing to lay out ahead). The
+    /// request's admission slot (`ticket`) goes with the work and comes back with it.
+    pub(crate) async fn prepare(
+        &self,
+        decision: Decision,
+        ticket: Box<dyn Send>,
+    ) -> (Prepped, Box<dyn Send>) {
         let layouts = self
             .published
             .lock()
@@ -218,12 +235,14 @@ impl WorkerHandle {
             .layouts
             .clone();
         if layouts.is_empty() {
-            return decision.into();
+            return (decision.into(), ticket);
         }
         let settings = self.settings.clone();
         let span = tracing::Span::current();
         // A client that leaves while its request is prepared drops this future: that request
-        // is a queued decision dropped unrun, counted as the worker counts the others.
+        // is a queued decision dropped unrun, counted as the worker counts the others. The
+        // preparation runs on, and holds the slot until it ends: a client that leaves at
+        // once, again and again, would otherwise pile up work that admission never sees.
         let mut left = Cancelled {
             published: &self.published,
             armed: true,
@@ -232,16 +251,17 @@ impl WorkerHandle {
             let _entered = span.enter();
             let started = Instant::now();
             let prepared = decide::prepare(&settings, &layouts, &decision);
-            Prepped {
+            let prepped = Prepped {
                 decision,
                 prepared: Some(prepared),
                 prepare_ms: started.elapsed().as_secs_f64() * 1e3,
-            }
+            };
+            (prepped, ticket)
         });
         let done = work.await;
         left.armed = false;
         match done {
-            Ok(prepped) => prepped,
+            Ok(done) => done,
             // Preparation is pure; a panic in it is the worker's to meet and report.
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
@@ -328,6 +348,16 @@ where
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
+                    // Requests wait for the load in this queue, and more may come before the
+                    // pool learns of the failure: each goes back, unrun, to be sent to
+                    // another worker, until every handle is gone. Stopping here would drop
+                    // them, and a request queued as the thread ended would be lost whatever
+                    // it was drained with.
+                    for job in rx.iter() {
+                        let _ = job
+                            .reply
+                            .send(Outcome::Refused(Box::new((job.decision, job._ticket))));
+                    }
                     return;
                 }
             };
@@ -554,5 +584,93 @@ fn publish(to: &Mutex<Published>, checkpoints: &impl Checkpoints, decided: bool)
     p.resident = checkpoints.resident();
     if decided {
         p.last_request = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use laya_core::agent::Agent;
+    use laya_core::checkpoints::Single;
+    use laya_core::engine::Forward;
+    use laya_core::request::{parse_decision, Limits};
+    use laya_core::routing::RoutingConfig;
+    use laya_fixtures::Recorded;
+
+    use super::*;
+
+    /// Stands for an admission slot: says when it is given back.
+    struct Slot(Arc<AtomicBool>);
+
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A client that leaves while its request is prepared ahead does not take the request's
+    /// admission slot with it: the slot stays held while the preparation runs, and is given
+    /// back when it ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_prepared_after_its_client_left_keeps_its_slot() {
+        let routing = RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false);
+        let settings = Settings {
+            routing: routing.clone(),
+            tournament_group: 0,
+            pass_tokens: 4096,
+        };
+        let dir = laya_fixtures::fixtures_dir()
+            .join("checkpoints")
+            .join("tiny");
+        let (handle, ready, _thread) = spawn(
+            WorkerConfig {
+                settings,
+                idle_unload: None,
+            },
+            move || {
+                let engine = Recorded::for_checkpoint("tiny");
+                let info = engine.info();
+                let checkpoints = Single::new(Agent::load(&dir, engine)?, None);
+                Ok((
+                    checkpoints,
+                    Started {
+                        info,
+                        load_ms: 0.0,
+                        warmup_ms: 0.0,
+                    },
+                ))
+            },
+        )
+        .expect("the worker starts");
+        ready.recv().expect("a report").expect("the worker loads");
+        // A state at the size limit, so that its preparation takes a while.
+        let state = "The parcel left the depot on Monday. ".repeat(1_400);
+        let body = format!(
+            r#"{{"state":"{}","questions":{{"q":{{"type":"choice","instructions":"Which queue?","criteria":["Billing","Shipping"]}}}}}}"#,
+            &state[..49_000]
+        );
+        let decision = parse_decision(body.as_bytes(), &Limits::default(), &routing)
+            .expect("a valid request")
+            .into();
+        let given_back = Arc::new(AtomicBool::new(false));
+        let mut preparing = Box::pin(handle.prepare(decision, Box::new(Slot(given_back.clone()))));
+        // One poll hands the preparation to a blocking thread; then the client leaves.
+        let pending = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(preparing.as_mut().poll(cx).is_pending())
+        })
+        .await;
+        assert!(pending, "prepared within one poll");
+        drop(preparing);
+        assert!(
+            !given_back.load(Ordering::SeqCst),
+            "the slot left with the client while the preparation ran on"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !given_back.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the slot was never given back");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }

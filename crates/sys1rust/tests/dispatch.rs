@@ -51,13 +51,19 @@ fn bodies() -> Vec<String> {
 
 fn gated_pool(gates: Vec<Arc<Gate>>) -> Server {
     let ordinals: Vec<usize> = (0..gates.len()).collect();
-    Server::in_process_pool(&[], &checkpoint("tiny"), &ordinals, move |dir, ordinal| {
-        let engine = Gated {
-            inner: Recorded::for_checkpoint("tiny"),
-            gate: gates[ordinal].clone(),
-        };
-        Ok(Single::new(Agent::load(dir, engine)?, None))
-    })
+    Server::in_process_pool(
+        &[],
+        &checkpoint("tiny"),
+        &ordinals,
+        true,
+        move |dir, ordinal| {
+            let engine = Gated {
+                inner: Recorded::for_checkpoint("tiny"),
+                gate: gates[ordinal].clone(),
+            };
+            Ok(Single::new(Agent::load(dir, engine)?, None))
+        },
+    )
 }
 
 #[test]
@@ -121,7 +127,7 @@ fn requests_go_to_the_least_loaded_worker_and_a_slow_one_holds_nobody_up() {
 
 #[test]
 fn a_worker_that_failed_to_load_is_left_out() {
-    let s = Server::in_process_pool(&[], &checkpoint("tiny"), &[0, 1], |dir, ordinal| {
+    let s = Server::in_process_pool(&[], &checkpoint("tiny"), &[0, 1], true, |dir, ordinal| {
         anyhow::ensure!(ordinal == 1, "no such GPU");
         Ok(Single::new(
             Agent::load(dir, Recorded::for_checkpoint("tiny"))?,
@@ -142,6 +148,52 @@ fn a_worker_that_failed_to_load_is_left_out() {
         metrics.contains("sys1_worker_up{worker=\"0\",gpu=\"0\"} 0"),
         "{metrics}"
     );
+}
+
+/// Requests wait in a worker's queue while it loads; when that load fails, the ones queued
+/// there are answered by another worker, not failed.
+#[test]
+fn requests_queued_on_a_worker_whose_load_fails_go_to_another() {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    let s = Server::in_process_pool(
+        &[],
+        &checkpoint("tiny"),
+        &[0, 1],
+        false,
+        move |dir, ordinal| {
+            if ordinal == 0 {
+                let _ = released.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                anyhow::bail!("no such GPU");
+            }
+            Ok(Single::new(
+                Agent::load(dir, Recorded::for_checkpoint("tiny"))?,
+                None,
+            ))
+        },
+    );
+    let alone = Server::tiny(&[]);
+    let body = bodies().remove(0);
+    // Both workers idle: the first request goes to worker 0, which is still loading.
+    let addr = s.addr;
+    let sent = body.clone();
+    let queued = std::thread::spawn(move || {
+        post_fresh(
+            addr,
+            &[("content-type", "application/json")],
+            sent.as_bytes(),
+        )
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while gpus(&s)[0].1 != 1 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", gpus(&s));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    release.send(()).expect("worker 0 is loading");
+    let r = queued.join().expect("the queued request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), alone.post_json("/v1/systemone", &body).text());
+    assert_eq!(gpus(&s), [(0, 0, 0, false), (1, 0, 1, true)]);
 }
 
 #[test]

@@ -137,7 +137,7 @@ impl Server {
         B: FnOnce(&std::path::Path) -> C + Send + 'static,
     {
         let build = std::sync::Mutex::new(Some(build));
-        Server::in_process_pool(extra, dir, &[0], move |dir, _| {
+        Server::in_process_pool(extra, dir, &[0], true, move |dir, _| {
             let build = build
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -149,10 +149,13 @@ impl Server {
 
     /// [`Server::in_process`] with one engine worker per entry of `ordinals`, each built by
     /// `build(dir, ordinal)` on its own thread (an `Err` is a worker that failed to load).
+    /// Without `wait_for_load` it listens at once, while the workers still load (as `serve`
+    /// does): requests then wait in their worker's queue.
     pub fn in_process_pool<C, B>(
         extra: &[&str],
         dir: &std::path::Path,
         ordinals: &[usize],
+        wait_for_load: bool,
         build: B,
     ) -> Server
     where
@@ -168,10 +171,22 @@ impl Server {
             .unwrap_or_default();
         let cfg = ServeConfig::from_args(&args, &Served::Single { label }).expect("configuration");
         let dir = dir.to_path_buf();
-        let (state, _worker) = config::start_pool(&cfg, ordinals, move |ordinal| {
-            Ok((build(&dir, ordinal)?, loaded_info()))
-        })
-        .expect("the engine workers start");
+        let build = move |ordinal| Ok((build(&dir, ordinal)?, loaded_info()));
+        let state = if wait_for_load {
+            config::start_pool(&cfg, ordinals, build)
+                .expect("the engine workers start")
+                .0
+        } else {
+            let spawned = config::spawn(&cfg, String::from("cpu"), ordinals, build)
+                .expect("the engine workers start");
+            let (readiness, loaded) = (spawned.state.readiness.clone(), spawned.loaded);
+            std::thread::spawn(move || {
+                if let Ok(Ok(started)) = loaded.recv() {
+                    readiness.loaded(started);
+                }
+            });
+            spawned.state
+        };
         let app = sys1rust::http::app(state);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
