@@ -57,9 +57,9 @@ fi
 
 kubectl_bin=${KUBECTL-$(command -v kubectl || true)}
 version=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
-port=$(grep -A1 'env = "LAYA_PORT"' crates/sys1rust/src/cli.rs | sed -n 's/.*default_value_t = \([0-9]*\).*/\1/p' | head -n 1)
+port=$(sed -n 's/^pub const DEFAULT_PORT: u16 = \([0-9]*\);/\1/p' crates/laya-core/src/request/limits.rs)
 if [ -z "$version" ] || [ -z "$port" ]; then
-  say "cannot read the version (Cargo.toml) or serve's default port (crates/sys1rust/src/cli.rs)"
+  say "cannot read the version (Cargo.toml) or serve's default port (crates/laya-core/src/request/limits.rs)"
   exit 1
 fi
 

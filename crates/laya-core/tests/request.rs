@@ -3,8 +3,8 @@
 
 use laya_core::confidence::MinConfidence;
 use laya_core::request::{
-    batch_chunk_size, parse_batch, parse_decision, state_length, tournament_group, BatchRequest,
-    DecisionRequest, Limits, RequestError, RequestErrorKind,
+    batch_chunk_size, laya_port, parse_batch, parse_decision, state_length, tournament_group,
+    BatchRequest, DecisionRequest, Limits, RequestError, RequestErrorKind, DEFAULT_PORT,
 };
 use laya_core::routing::RoutingConfig;
 use laya_fixtures::fixtures_dir;
@@ -1250,6 +1250,40 @@ fn env_limits() {
     assert_eq!(tournament_group(Some("")), 0);
     assert_eq!(tournament_group(None), 0);
     assert_eq!(tournament_group(Some("1__0")), 0);
+}
+
+/// Upstream `_resolve_port`: unset and blank bind 8000, Python's `int` forms are read, and
+/// anything else, 0 and 65536 among them, is refused with the value as given.
+#[test]
+fn laya_port_follows_upstream() {
+    for (raw, port) in [
+        (None, 8000),
+        (Some(""), 8000),
+        (Some(" \t "), 8000),
+        (Some(" 8080 "), 8080),
+        (Some("+8080"), 8080),
+        (Some("8_080"), 8080),
+        (Some("1"), 1),
+        (Some("65535"), 65535),
+    ] {
+        assert_eq!(laya_port(raw), Ok(port), "{raw:?}");
+    }
+    for (raw, shown) in [
+        ("0", "'0'"),
+        ("65536", "'65536'"),
+        ("-1", "'-1'"),
+        ("abc", "'abc'"),
+        (" 80x ", "' 80x '"),
+        ("8__080", "'8__080'"),
+    ] {
+        assert_eq!(
+            laya_port(Some(raw)),
+            Err(format!(
+                "invalid LAYA_PORT {shown}: must be an integer 1-65535"
+            ))
+        );
+    }
+    assert_eq!(DEFAULT_PORT, 8000);
 }
 
 #[test]

@@ -305,9 +305,14 @@ pub struct ServeArgs {
     /// Address to bind.
     #[arg(long, env = "LAYA_HOST", default_value = "127.0.0.1")]
     pub host: String,
-    /// Port to bind; 0 picks a free port (the ready line says which).
-    #[arg(long, env = "LAYA_PORT", default_value_t = 8000)]
-    pub port: u16,
+    /// Port to bind; 0 picks a free port (the ready line says which). Without it,
+    /// `LAYA_PORT` under upstream's rule (blank is 8000; anything but 1-65535 refuses to
+    /// start), else 8000.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Upstream's `LAYA_PORT`, read as given for its rule (`laya_core::request::laya_port`).
+    #[arg(long, hide = true, env = "LAYA_PORT")]
+    pub laya_port: Option<String>,
     /// Require `Authorization: Bearer <key>` on the decision routes (and /metrics).
     #[arg(long, env = "LAYA_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,

@@ -121,7 +121,11 @@ impl ServeConfig {
         };
         Ok(ServeConfig {
             host: args.host.clone(),
-            port: args.port,
+            port: match args.port {
+                Some(port) => port,
+                None => laya_core::request::laya_port(args.laya_port.as_deref())
+                    .map_err(anyhow::Error::msg)?,
+            },
             http,
             conn: ConnLimits {
                 max_connections: args.max_connections,

@@ -455,6 +455,44 @@ fn version_and_health_probe() {
     assert!(probe("/health").status.success());
 }
 
+/// Upstream's `LAYA_PORT` (api.md §12.1): a value that is not a port in 1-65535 stops
+/// `serve` before it binds, with upstream's message; `--port` (ours, where 0 picks a free
+/// port) wins over it.
+#[test]
+fn laya_port_follows_upstream() {
+    let serve = |port_flag: Option<&str>, value: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sys1rust"));
+        cmd.args(["serve", "--model"]).arg(checkpoint("tiny"));
+        if let Some(p) = port_flag {
+            cmd.args(["--port", p]);
+        }
+        cmd.env("LAYA_PORT", value)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs")
+    };
+    for (value, shown) in [("abc", "'abc'"), ("0", "'0'"), ("70000", "'70000'")] {
+        let out = serve(None, value).wait_with_output().expect("exits");
+        assert_eq!(out.status.code(), Some(1), "{value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "invalid LAYA_PORT {shown}: must be an integer 1-65535"
+            )),
+            "{value}: {err}"
+        );
+    }
+    // With --port the variable is not read: the server starts (and is stopped here).
+    let mut child = serve(Some("0"), "abc");
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("reads");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.contains("\"event\":\"ready\""), "{line}");
+}
+
 /// Upstream's `LAYA_LOG_LEVEL`: trimmed and lower-cased; anything but its six levels stops
 /// the process with upstream's message (api.md §12.1).
 #[test]

@@ -86,6 +86,25 @@ pub fn tournament_group(raw: Option<&str>) -> usize {
     }
 }
 
+/// The port an unset or blank `LAYA_PORT` binds (upstream's `DEFAULT_PORT`).
+pub const DEFAULT_PORT: u16 = 8000;
+
+/// Upstream `_resolve_port` on the raw `LAYA_PORT` (§12.1): unset or blank is
+/// [`DEFAULT_PORT`]; anything else must be an integer in 1..=65535, or it is upstream's
+/// start-up refusal, which names the value as given.
+pub fn laya_port(raw: Option<&str>) -> Result<u16, String> {
+    let Some(raw) = raw.filter(|r| !crate::question::py_strip(r).is_empty()) else {
+        return Ok(DEFAULT_PORT);
+    };
+    match py_int(raw) {
+        Some(port) if (1..=i128::from(u16::MAX)).contains(&port) => Ok(port as u16),
+        _ => Err(format!(
+            "invalid LAYA_PORT {}: must be an integer 1-65535",
+            pyjson::repr_str(raw)
+        )),
+    }
+}
+
 /// Python `int(text)` for the decimal forms an environment variable realistically holds:
 /// surrounding whitespace, an optional sign, ASCII digits with single `_` between digits.
 /// Saturates at the `i128` range (only ever compared against small bounds). Non-ASCII decimal

@@ -17,7 +17,7 @@ mod limits;
 mod overflow;
 
 pub use error::{BudgetProblem, Field, RequestError, RequestErrorKind};
-pub use limits::{positive_int_or, tournament_group, Limits};
+pub use limits::{laya_port, positive_int_or, tournament_group, Limits, DEFAULT_PORT};
 pub use overflow::{Overflow, Windows};
 
 use crate::agent::BatchOptions;
