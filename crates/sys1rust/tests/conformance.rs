@@ -91,6 +91,12 @@ fn expect(case: &str, resp: &Response, status: u16, body: &str) {
             "case {case}: content-type"
         );
     }
+    // §3.3: only a 200 from a decision route carries the timing headers.
+    if status != 200 {
+        for timing in ["server-timing", "x-inference-time-ms"] {
+            assert_eq!(resp.header(timing), None, "case {case}: {timing}");
+        }
+    }
 }
 
 #[track_caller]
@@ -1098,6 +1104,12 @@ fn controls(s: &Server) {
             &p(&format!(r#","max_len":{v}"#)),
             422,
             "max_len must be an integer",
+        );
+        expect_detail(
+            &format!("72 (head_max_len {v})"),
+            &p(&format!(r#","head_max_len":{v}"#)),
+            422,
+            "head_max_len must be an integer",
         );
     }
     expect_detail(
