@@ -15,3 +15,9 @@ SERVED_ALONE=0 WRK_SECONDS=8 bench/gpu/cuda.sh served
 # call3, the same warm machine: cuda-profile's GPU time of every step (an event between steps).
 NCU=0 STEP_SHAPES="1x150 1x600 10x600" bench/gpu/cuda.sh steps
 # Serve and bench logs are cut to their first and last 30 lines (*.head-tail.log).
+# call4, a second H100 machine, at 5b5529d (the worker's fixes: a failed load hands its
+# queued requests to another worker, a preparation holds its admission slot), after
+# `bench/gpu/carry-cuda.sh --build` again. Its files could not be copied back (this
+# machine's disk was full at the time); call4/output.txt is what the call printed, its
+# machine lines shortened.
+SERVED_ALONE=0 WRK_SECONDS=8 bench/gpu/cuda.sh setup checkpoint served
