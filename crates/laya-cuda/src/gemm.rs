@@ -41,9 +41,10 @@
 //! own whose blocks are small enough to cover the GPU with a few hundred rows. It adds up
 //! each output as cuBLASLt's split-free Hopper kernels do, and gave their bits for every
 //! layer of the three models on an H100; still, like theirs, its bits are taken only where
-//! the check sees them equal to the first algorithm's. It can also do the step after a GEMM in its epilogue ([`Then`]: GeGLU after
-//! `Wi`, RoPE after `Wqkv`), which a short pass takes the same way: timed against the GEMM
-//! plus the step's own kernel, and only where it gives their bits.
+//! the check sees them equal to the first algorithm's. It can also do the step after a GEMM
+//! in its epilogue ([`Then`]: GeGLU after `Wi`, RoPE after `Wqkv`), which a short pass takes
+//! the same way: timed against the GEMM plus the step's own kernel, and only where it gives
+//! their bits.
 
 use std::collections::HashMap;
 use std::ffi::c_void;

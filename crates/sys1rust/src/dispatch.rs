@@ -6,8 +6,7 @@
 //!
 //! A worker whose thread has stopped (it died), or whose engines failed to load, is skipped
 //! from then on; a request it refused, queued before the failure or sent after it, goes to
-//! the next one. One worker is the plain case: the
-//! pool is then exactly that worker.
+//! the next one. One worker is the plain case: the pool is then exactly that worker.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -165,7 +165,8 @@ impl From<Decision> for Prepped {
 
 /// Where a queued decision's outcome arrives.
 pub(crate) type Reply = oneshot::Receiver<Outcome>;
-/// A decision a stopped worker could not take, with its admission ticket.
+/// A decision a worker could not take (its thread stopped, or its engines failed to load),
+/// with its admission ticket.
 pub(crate) type Unsent = (Decision, Box<dyn Send>);
 
 /// The sending side of the worker's queue, and what it publishes.
@@ -201,23 +202,6 @@ impl WorkerHandle {
             .unwrap_or_else(|e| e.into_inner())
             .last_request
             .elapsed()
-    }
-
-    /// Queues a decision under the caller's span, with its admission slot (`ticket`, held
-    /// until the decision is done); the reply arrives when the worker has run it (FIFO).
-    pub async fn decide(
-        &self,
-        decision: Decision,
-        ticket: impl Send + 'static,
-    ) -> Result<Answer, WorkerError> {
-        let (prepped, ticket) = self.prepare(decision, Box::new(ticket)).await;
-        match self.enqueue(prepped, ticket) {
-            Ok(reply) => match reply.await {
-                Ok(Outcome::Done(outcome)) => outcome,
-                Ok(Outcome::Refused(_)) | Err(_) => Err(WorkerError::Stopped),
-            },
-            Err(_) => Err(WorkerError::Stopped),
-        }
     }
 
     /// Prepares a decision on a blocking thread from the worker's published layouts; as it
