@@ -121,7 +121,7 @@ impl Pool {
             };
             let member = &self.members[slot.index];
             // Prepared for this worker's checkpoints: one given back is prepared again.
-            let (prepped, ticket) = member.handle.prepare(job.0, job.1).await;
+            let (prepped, ticket) = member.handle.prepare(job.0, job.1).await?;
             let refused = match member.handle.enqueue(prepped, ticket) {
                 Ok(reply) => match reply.await {
                     Ok(Outcome::Done(outcome)) => {

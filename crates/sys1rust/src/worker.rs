@@ -211,7 +211,7 @@ impl WorkerHandle {
         &self,
         decision: Decision,
         ticket: Box<dyn Send>,
-    ) -> (Prepped, Box<dyn Send>) {
+    ) -> Result<(Prepped, Box<dyn Send>), WorkerError> {
         let layouts = self
             .published
             .lock()
@@ -219,7 +219,7 @@ impl WorkerHandle {
             .layouts
             .clone();
         if layouts.is_empty() {
-            return (decision.into(), ticket);
+            return Ok((decision.into(), ticket));
         }
         let settings = self.settings.clone();
         let span = tracing::Span::current();
@@ -244,11 +244,7 @@ impl WorkerHandle {
         });
         let done = work.await;
         left.armed = false;
-        match done {
-            Ok(done) => done,
-            // Preparation is pure; a panic in it is the worker's to meet and report.
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
+        joined(done)
     }
 
     /// Queues a decision; gives it back, with its ticket, when the worker thread is gone.
@@ -511,6 +507,16 @@ fn receive<C: Owned>(
 
 /// Drops the queued decisions whose client disconnected, or whose deadline passed, while they
 /// were queued (nobody would read the answer), and counts them.
+/// A preparation's end. Preparation is pure: a panic in it is a bug, answered like the
+/// engine's own (500 `inference failed`, the panic in the log by the hook) rather than
+/// unwinding the connection's task, which would close it with no response.
+fn joined<T>(done: Result<T, tokio::task::JoinError>) -> Result<T, WorkerError> {
+    done.map_err(|e| {
+        tracing::error!(error = %e, "preparing a request panicked");
+        WorkerError::Panicked
+    })
+}
+
 fn drop_gone(published: &Mutex<Published>, jobs: &mut VecDeque<Job>) {
     let before = jobs.len();
     jobs.retain(|j| !j.reply.is_closed());
@@ -597,6 +603,14 @@ mod tests {
     /// A client that leaves while its request is prepared ahead does not take the request's
     /// admission slot with it: the slot stays held while the preparation runs, and is given
     /// back when it ends.
+    #[tokio::test]
+    async fn a_panic_while_preparing_is_answered_as_the_engines_panic() {
+        let done = tokio::task::spawn_blocking(|| -> u8 { panic!("a bug in preparation") }).await;
+        assert!(matches!(joined(done), Err(WorkerError::Panicked)));
+        let done = tokio::task::spawn_blocking(|| 7u8).await;
+        assert!(matches!(joined(done), Ok(7)));
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_prepared_after_its_client_left_keeps_its_slot() {
         let routing = RoutingConfig::single("tiny".to_owned(), Checkpoint::multilingual(), false);

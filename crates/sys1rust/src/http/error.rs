@@ -43,6 +43,9 @@ pub enum ApiError {
     /// The answer holds a non-finite float (a `NaN` choice label).
     #[error(transparent)]
     Render(#[from] NonFinite),
+    /// A handler panicked: a bug, answered as upstream answers an uncaught exception.
+    #[error("Internal Server Error")]
+    Panicked,
 }
 
 impl From<DecideError> for ApiError {
@@ -94,6 +97,11 @@ impl ApiError {
                 "inference failed".to_owned(),
             ),
             ApiError::Render(_) => json(StatusCode::UNPROCESSABLE_ENTITY, text),
+            ApiError::Panicked => Answer {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                detail: text,
+                plain_text: true,
+            },
         }
     }
 }
@@ -179,6 +187,7 @@ impl ApiError {
                 "api_error",
                 "inference failed",
             ),
+            ApiError::Panicked => typed(StatusCode::INTERNAL_SERVER_ERROR, "api_error", &text),
             ApiError::Render(_) => invalid(
                 laya_core::request::Field {
                     path: vec!["questions".to_owned()],

@@ -15,6 +15,7 @@ mod metrics;
 mod openapi;
 pub mod ready;
 pub mod request_log;
+mod unwind;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,13 +121,17 @@ pub fn app(state: AppState) -> Router {
     if open {
         router = router.route("/openapi.json", only("GET", get(openapi::document)));
     }
-    let strict = state.cfg.output == Output::JevStrict;
+    let output = state.cfg.output;
+    let strict = output == Output::JevStrict;
     if strict {
         router = router.route("/v1/models", only("GET", get(jev::models)));
     }
     let router = router
         .fallback(not_found)
         .with_state(state)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            unwind::layer(output, req, next)
+        }))
         .layer(axum::middleware::from_fn(request_log::layer));
     if strict {
         router.layer(axum::middleware::from_fn(jev::request_id))
