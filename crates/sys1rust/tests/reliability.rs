@@ -128,6 +128,38 @@ fn clients_that_never_read_lose_their_connections() {
     }
 }
 
+/// (1b) The same past the idle timeout, with the write deadline far later (the defaults: 5 s
+/// against 10 s): connections closing on their idle timeout, each still blocked writing to a
+/// client that does not read, give way to new ones instead of holding the cap until their
+/// write deadline.
+#[test]
+fn clients_that_never_read_give_way_after_their_idle_timeout() {
+    let _serial = serial();
+    let s = Server::tiny(&[
+        "--max-connections",
+        "8",
+        "--keep-alive-timeout",
+        "1",
+        "--write-timeout",
+        "60",
+    ]);
+    let _pinned: Vec<TcpStream> = (0..8).map(|_| non_reading_client(s.addr, 3000)).collect();
+    // Past the idle timeout every one of them is closing, its answers unread.
+    std::thread::sleep(Duration::from_millis(2500));
+    for attempt in 0..3 {
+        let started = Instant::now();
+        assert!(
+            answered(s.addr),
+            "attempt {attempt}: a new client got no answer with the cap held by clients that never read"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "attempt {attempt}: answered after {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 /// (2) SIGTERM while a client that never reads is connected: the connection, only blocked
 /// writing, is closed and the process exits 0 within the grace period (here well before the
 /// 60 s write deadline would close it).

@@ -355,3 +355,51 @@ fn second_sigterm_exits_at_once() {
     let _ = std::io::Read::read_to_end(&mut stalled, &mut buf);
     assert!(buf.is_empty(), "the dropped request got no answer");
 }
+
+/// Over a socket, as uvicorn routes: the path is percent-decoded first (`/%68ealth` is
+/// `/health`, `/health%2F` redirects), a head of 40 KiB is read, and an unfinished one is
+/// refused once it passes 64 KiB instead of buffered.
+#[test]
+fn paths_are_decoded_and_heads_bounded_as_uvicorn_does() {
+    let s = Server::tiny(&[]);
+    let ask = |path: &str, headers: &[(&str, &str)], body: Option<&[u8]>| {
+        let mut conn = s.connect();
+        let method = if body.is_some() { "POST" } else { "GET" };
+        conn.write_all(&request_bytes(method, path, headers, body, false))
+            .expect("request");
+        read_response(&mut conn)
+    };
+    let r = ask("/%68ealth", &[], None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with(r#"{"status":"ok""#), "{}", r.text());
+    let r = ask(
+        "/v1/%73ystemone",
+        &[("content-type", "application/json")],
+        Some(BODY.as_bytes()),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = ask("/health%2F", &[], None);
+    assert_eq!(r.status, 307);
+    assert!(
+        r.header("location").is_some_and(|l| l.ends_with("/health")),
+        "{:?}",
+        r.header("location")
+    );
+    assert_eq!(ask("/health%20", &[], None).status, 404);
+
+    let big = "a".repeat(40 * 1024);
+    let r = ask("/health", &[("x-big", &big)], None);
+    assert_eq!(r.status, 200, "a 40 KiB head is read");
+    // A head that keeps coming, 16 KiB at a time, never finished: refused once the buffer
+    // is full, where the connection used to hold ~400 KB of it.
+    let mut conn = s.connect();
+    let _ = conn.write_all(b"GET /health HTTP/1.1\r\nhost: test\r\nx-big: ");
+    for _ in 0..16 {
+        if conn.write_all(&[b'a'; 16 * 1024]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = read_response(&mut conn);
+    assert_eq!(r.status, 431, "an unfinished head past 64 KiB is refused");
+}

@@ -161,10 +161,22 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             drain_on_signal(readiness.clone(), cfg.drain_delay),
         );
         tokio::pin!(server);
-        let load = tokio::task::spawn_blocking(move || loaded.recv());
+        // Waited for on a thread of its own, not a blocking task: the runtime's drop waits for
+        // its blocking tasks, so a signal while loading would wait for the whole load (a
+        // download, a first kernel compile) with no one left listening for signals.
+        let (load_tx, load) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("load-wait".to_owned())
+            .spawn(move || {
+                let _ = load_tx.send(loaded.recv());
+            })
+            .context("starting a thread")?;
         let started = tokio::select! {
             // A signal while loading: nothing was ready, nothing is lost.
-            res = &mut server => return res.map_err(anyhow::Error::from),
+            res = &mut server => {
+                res?;
+                return Ok(Stopped::WhileLoading);
+            }
             outcome = load => outcome
                 .context("waiting for the engine worker")?
                 .context("the engine worker stopped while loading")??,
@@ -176,13 +188,18 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         );
         tracing::info!(%addr, "ready");
         server.await?;
-        Ok::<_, anyhow::Error>(())
+        Ok::<_, anyhow::Error>(Stopped::AfterReady)
     });
     // Every handle of the state goes with the runtime's tasks; the worker then drops its
     // engines on its own thread, before the process ends (a GPU context must not be torn
     // down under a thread still using it).
     drop(runtime);
-    served?;
+    if let Stopped::WhileLoading = served? {
+        // As upstream, which has no signal handlers while it preloads: the load is abandoned
+        // and the process ends without MLX's or the GPU's teardown.
+        tracing::info!("stopped while loading");
+        return Ok(());
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !worker.is_finished() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -194,6 +211,13 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// When serving stopped.
+enum Stopped {
+    /// On a signal before the checkpoints had loaded.
+    WhileLoading,
+    AfterReady,
 }
 
 /// The shutdown the server waits for: on SIGINT/SIGTERM `/ready` turns 503 at once, and the

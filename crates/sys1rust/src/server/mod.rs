@@ -35,6 +35,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+/// The most of a request head a connection buffers: hyper answers a longer head 431 and
+/// closes the connection. uvicorn's parser (h11) refuses a head still incomplete past 16 KiB
+/// with a 400 and parses a longer one that arrives whole; 64 KiB keeps such heads and holds
+/// at most 64 MiB at the default connection cap, where hyper's default (~400 KB a
+/// connection) let slow heads hold ~400 MiB.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
 /// Connection-level limits.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
@@ -90,8 +97,9 @@ struct ConnActivity {
     evicted: AtomicBool,
     /// Picked after it had taken a request: it may take until its write deadline to close.
     lingers: AtomicBool,
-    /// Closing already (idle timeout, shutdown or a pick): never picked again, since picking
-    /// it would free nothing.
+    /// Closing already (idle timeout, shutdown or a pick). One closing on its idle timeout
+    /// may still be writing its last answer to a client that does not read, until its write
+    /// deadline: that one may be picked, and is then dropped at once.
     closing: AtomicBool,
 }
 
@@ -100,22 +108,37 @@ struct ConnActivity {
 /// close then loses that request. A connection that never took one has no such grace.
 const PICK_AFTER_IDLE: Duration = Duration::from_secs(1);
 
+/// Which connections a new one takes the place of first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Pick {
+    /// Never took a request (a client that opened and waits, or sends its head slowly).
+    Unused,
+    /// Past its idle timeout, closing once its client reads the last answer.
+    TimedOut,
+    /// Idle between keep-alive requests.
+    Idle,
+}
+
 impl ConnActivity {
-    /// Whether a new connection may take this one's place, and in what order: those that
-    /// never took a request first, then those idle longest.
-    fn pick_order(&self, now: Instant) -> Option<(bool, Instant)> {
-        if self.closing.load(Ordering::SeqCst)
-            || self.evicted.load(Ordering::SeqCst)
-            || self.in_flight.load(Ordering::SeqCst) > 0
-        {
+    /// Whether a new connection may take this one's place, and in what order: by [`Pick`],
+    /// then those idle longest.
+    fn pick_order(&self, now: Instant) -> Option<(Pick, Instant)> {
+        if self.evicted.load(Ordering::SeqCst) || self.in_flight.load(Ordering::SeqCst) > 0 {
             return None;
         }
         let since = *self.last_done.lock().unwrap_or_else(|e| e.into_inner());
-        let served = self.served.load(Ordering::SeqCst) > 0;
-        if served && now.saturating_duration_since(since) < PICK_AFTER_IDLE {
+        if self.closing.load(Ordering::SeqCst) {
+            // A connection closes on its own only after its idle timeout (or at shutdown,
+            // when nothing is admitted): its client has had that long to read.
+            return Some((Pick::TimedOut, since));
+        }
+        if self.served.load(Ordering::SeqCst) == 0 {
+            return Some((Pick::Unused, since));
+        }
+        if now.saturating_duration_since(since) < PICK_AFTER_IDLE {
             return None;
         }
-        Some((served, since))
+        Some((Pick::Idle, since))
     }
 }
 
@@ -157,7 +180,9 @@ impl Open {
                 .min_by_key(|(order, _)| *order)
                 .map(|(_, a)| a.clone())?;
             idlest.evicted.store(true, Ordering::SeqCst);
-            if idlest.served.load(Ordering::SeqCst) > 0 {
+            // One already closing is dropped at once; one between requests may first have
+            // to finish writing its last answer.
+            if idlest.served.load(Ordering::SeqCst) > 0 && !idlest.closing.load(Ordering::SeqCst) {
                 idlest.lingers.store(true, Ordering::SeqCst);
                 t.lingering += 1;
             }
@@ -348,7 +373,10 @@ async fn connection(
         svc_activity.served.fetch_add(1, Ordering::SeqCst);
         let guard = InFlightGuard(svc_activity.clone());
         let app = app.clone();
-        let (parts, inner) = req.into_parts();
+        let (mut parts, inner) = req.into_parts();
+        if let Some(uri) = unquoted(&parts.uri) {
+            parts.uri = uri;
+        }
         let expects_body = !inner.is_end_stream();
         let done = Arc::new(AtomicBool::new(false));
         let body = Tracked {
@@ -373,6 +401,7 @@ async fn connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
     let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
     tokio::pin!(conn);
@@ -414,6 +443,12 @@ async fn connection(
                 activity.closing.store(true, Ordering::SeqCst);
                 conn.as_mut().graceful_shutdown();
             }
+            () = activity.evict.notified(), if closing => {
+                // Closing on its idle timeout, yet still open: its last answer waits for a
+                // client that does not read, and a new connection needs the place now.
+                tracing::debug!(%peer, "connection past its idle timeout dropped to make room for a new one");
+                return;
+            }
             () = tokio::time::sleep_until(idle_deadline), if !closing => {
                 let idle = activity.in_flight.load(Ordering::SeqCst) == 0
                     && activity.last_done.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= limits.keep_alive_timeout;
@@ -425,6 +460,50 @@ async fn connection(
             }
         }
     }
+}
+
+/// The request's URI with its path percent-decoded, as uvicorn hands the path to the app
+/// (`unquote`) and Starlette routes on it: `/%68ealth` is `/health`, `/health%2F` redirects.
+/// `None` when there is nothing to decode, or when the decoded path could not be a URI's
+/// (a space, `?`, `%`, a non-ASCII character): no route has such a path, so it stays a
+/// 404 as it would upstream.
+fn unquoted(uri: &axum::http::Uri) -> Option<axum::http::Uri> {
+    let path = uri.path().as_bytes();
+    if !path.contains(&b'%') {
+        return None;
+    }
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut decoded = Vec::with_capacity(path.len());
+    let mut i = 0;
+    while i < path.len() {
+        let escape = (path[i] == b'%')
+            .then(|| Some((hex(*path.get(i + 1)?)?, hex(*path.get(i + 2)?)?)))
+            .flatten();
+        match escape {
+            Some((hi, lo)) => {
+                decoded.push(hi << 4 | lo);
+                i += 3;
+            }
+            None => {
+                decoded.push(path[i]);
+                i += 1;
+            }
+        }
+    }
+    let routable = decoded
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b));
+    if !routable {
+        return None;
+    }
+    let mut path_and_query = String::from_utf8(decoded).ok()?;
+    if let Some(q) = uri.query() {
+        path_and_query.push('?');
+        path_and_query.push_str(q);
+    }
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(path_and_query.parse().ok()?);
+    axum::http::Uri::from_parts(parts).ok()
 }
 
 /// Raises the soft limit on open files to the hard one (at most 2^20), as servers do: every
@@ -484,4 +563,33 @@ pub async fn shutdown_signal() {
         () = term => {}
     }
     tracing::info!("signal received");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unquote(uri: &str) -> Option<String> {
+        unquoted(&uri.parse().expect("a URI")).map(|u| u.to_string())
+    }
+
+    #[test]
+    fn paths_are_percent_decoded_as_uvicorn_does() {
+        assert_eq!(unquote("/%68ealth").as_deref(), Some("/health"));
+        assert_eq!(
+            unquote("/v1/%73ystem%6Fne?x=%41").as_deref(),
+            Some("/v1/systemone?x=%41")
+        );
+        assert_eq!(unquote("/health%2F").as_deref(), Some("/health/"));
+        assert_eq!(unquote("/health%2f").as_deref(), Some("/health/"));
+        // Nothing to decode, or nothing a route could be.
+        assert_eq!(unquote("/health"), None);
+        assert_eq!(unquote("/health%20"), None);
+        assert_eq!(unquote("/health%25"), None);
+        assert_eq!(unquote("/health%3Fx"), None);
+        assert_eq!(unquote("/health%C3%A9"), None);
+        // A `%` that starts no escape stays as it is.
+        assert_eq!(unquote("/%6"), None);
+        assert_eq!(unquote("/%zz%68"), None);
+    }
 }
