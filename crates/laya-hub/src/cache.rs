@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::HubError;
 use crate::models::Digest;
-use crate::spec::is_commit_prefix;
+use crate::spec::{check_revision, is_commit_prefix};
 
 /// Paths of one repo inside the hub cache.
 #[derive(Debug, Clone)]
@@ -86,6 +86,8 @@ impl RepoCache {
 
     /// The commit `refs/<name>` points at, if it is there and well formed.
     pub(crate) fn read_ref(&self, name: &str) -> Option<String> {
+        // Callers check revisions first; refusing here too keeps `..` from ever leaving refs/.
+        check_revision(name).ok()?;
         let text = fs::read_to_string(self.ref_path(name)).ok()?;
         let commit = text.trim();
         (commit.len() == 40 && is_commit_prefix(commit)).then(|| commit.to_owned())
@@ -94,6 +96,7 @@ impl RepoCache {
     /// Points `refs/<name>` at `commit` (written to a temp file and renamed, so readers never
     /// see half a hash). No trailing newline, as huggingface_hub writes it.
     pub(crate) fn write_ref(&self, name: &str, commit: &str) -> Result<(), HubError> {
+        check_revision(name)?;
         let path = self.ref_path(name);
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(HubError::io("create", dir))?;

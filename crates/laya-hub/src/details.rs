@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::cache::RepoCache;
 use crate::error::HubError;
 use crate::models::{Digest, KnownModel, CHECKPOINT_FILES};
-use crate::spec::{is_commit_prefix, ModelSpec};
+use crate::spec::{check_revision, is_commit_prefix, ModelSpec};
 use crate::Hub;
 
 /// What `show` reports of a model.
@@ -78,9 +78,18 @@ impl Hub {
     /// A known model is shown even when nothing is cached; a repo id needs a cached snapshot
     /// (nothing else says what its revision is), else the error says how to pull it.
     pub fn show(&self, spec: &str, revision: Option<&str>) -> Result<ModelDetails, HubError> {
+        // As resolve and pull check it: a branch name becomes a path under refs/, and an
+        // empty one would make the suggested pull command fail.
+        if let Some(r) = revision {
+            check_revision(r)?;
+        }
         let cache_dir = &self.config().cache_dir;
-        match self.parse(spec)? {
-            ModelSpec::Local(dir) => Ok(ModelDetails {
+        match (self.parse(spec)?, revision) {
+            (ModelSpec::Local(dir), Some(r)) => Err(HubError::RevisionForLocal {
+                revision: r.to_owned(),
+                dir,
+            }),
+            (ModelSpec::Local(dir), None) => Ok(ModelDetails {
                 name: dir.display().to_string(),
                 aliases: Vec::new(),
                 repo: None,
@@ -92,18 +101,20 @@ impl Hub {
                     .collect(),
                 path: dir,
             }),
-            ModelSpec::Known(m)
+            (ModelSpec::Known(m), _)
                 if revision.is_none_or(|r| is_commit_prefix(r) && m.revision.starts_with(r)) =>
             {
                 Ok(pinned(&RepoCache::new(cache_dir, &m.repo), &m))
             }
-            ModelSpec::Known(m) => {
+            (ModelSpec::Known(m), _) => {
                 let mut d = self.cached_revision(spec, &m.repo, revision.unwrap_or("main"))?;
                 d.name = m.name;
                 d.aliases = m.aliases;
                 Ok(d)
             }
-            ModelSpec::Repo(repo) => self.cached_revision(spec, &repo, revision.unwrap_or("main")),
+            (ModelSpec::Repo(repo), _) => {
+                self.cached_revision(spec, &repo, revision.unwrap_or("main"))
+            }
         }
     }
 

@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use url::Url;
 
-use crate::config::HubConfig;
+use crate::config::{clean_token, HubConfig};
 use crate::error::HubError;
 use crate::progress::Progress;
+use crate::proxy::ProxyConfig;
 
 const MAX_REDIRECTS: usize = 10;
 
@@ -32,11 +33,29 @@ pub(crate) struct FileMeta {
     pub size: Option<u64>,
 }
 
+/// The token as it will be sent, or why it cannot be.
+enum Auth {
+    None,
+    /// The whole `Authorization` value.
+    Bearer(String),
+    /// Checked once here, reported at the first request that would carry it, so that work
+    /// needing no network (offline resolution, listing) is not refused over it.
+    Unsendable {
+        position: usize,
+        what: &'static str,
+    },
+}
+
 /// A blocking hub client.
 pub(crate) struct Client {
-    agent: ureq::Agent,
+    /// For requests that go to their host directly.
+    direct: ureq::Agent,
+    /// One agent per distinct proxy value (ureq ties a proxy to an agent); an unusable value
+    /// keeps its error for the first request that would use it.
+    proxied: Vec<(String, Result<ureq::Agent, String>)>,
+    proxy: ProxyConfig,
     endpoint: Url,
-    token: Option<String>,
+    auth: Auth,
     retries: u32,
     retry_delay: Duration,
 }
@@ -44,24 +63,62 @@ pub(crate) struct Client {
 impl Client {
     pub(crate) fn new(config: &HubConfig) -> Result<Client, HubError> {
         let endpoint = parse_endpoint(&config.endpoint)?;
-        let agent = ureq::AgentBuilder::new()
-            .redirects(0)
-            .timeout_connect(config.connect_timeout)
-            .timeout_read(config.read_timeout)
-            .try_proxy_from_env(config.proxy_from_env)
-            .user_agent(concat!(
-                "laya-hub/",
-                env!("CARGO_PKG_VERSION"),
-                "; sys1rust"
-            ))
-            .build();
+        let builder = || {
+            ureq::AgentBuilder::new()
+                .redirects(0)
+                .timeout_connect(config.connect_timeout)
+                .timeout_read(config.read_timeout)
+                .try_proxy_from_env(false)
+                .user_agent(concat!(
+                    "laya-hub/",
+                    env!("CARGO_PKG_VERSION"),
+                    "; sys1rust"
+                ))
+        };
+        let proxied = config
+            .proxy
+            .values()
+            .into_iter()
+            .map(|value| {
+                let agent = parse_proxy(value).map(|p| builder().proxy(p).build());
+                (value.to_owned(), agent)
+            })
+            .collect();
+        // The config's token may be set directly rather than read by from_env: clean it the
+        // same way so both paths send the same thing.
+        let auth = match config.token.as_deref().and_then(clean_token) {
+            None => Auth::None,
+            Some(token) => match unsendable(&token) {
+                Some((position, what)) => Auth::Unsendable { position, what },
+                None => Auth::Bearer(format!("Bearer {token}")),
+            },
+        };
         Ok(Client {
-            agent,
+            direct: builder().build(),
+            proxied,
+            proxy: config.proxy.clone(),
             endpoint,
-            token: config.token.clone().filter(|t| !t.is_empty()),
+            auth,
             retries: config.retries,
             retry_delay: config.retry_delay,
         })
+    }
+
+    /// The agent that reaches `url`: through its scheme's proxy unless `no_proxy` exempts it.
+    fn agent_for(&self, url: &Url) -> Result<&ureq::Agent, HubError> {
+        let Some((variable, value)) = self.proxy.for_url(url) else {
+            return Ok(&self.direct);
+        };
+        let refused = |reason: &str| HubError::InvalidProxy {
+            variable,
+            reason: reason.to_owned(),
+        };
+        match self.proxied.iter().find(|(v, _)| v == value) {
+            Some((_, Ok(agent))) => Ok(agent),
+            Some((_, Err(reason))) => Err(refused(reason)),
+            // values() lists every value for_url can pick; this is only a guard.
+            None => Err(refused("not known when the client was built")),
+        }
     }
 
     /// `{endpoint}/{repo}/resolve/{revision}/{path}`, each part percent-encoded as a path
@@ -159,17 +216,16 @@ impl Client {
         size: Option<u64>,
         progress: &dyn Progress,
     ) -> Result<(), HubError> {
-        let mut have = match fs::metadata(incomplete) {
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        };
+        let existing = fs::metadata(incomplete).ok().map(|m| m.len());
+        let mut have = existing.unwrap_or(0);
         if let Some(size) = size {
             if have > size {
                 // Longer than the file can be: not a prefix of it.
                 remove(incomplete)?;
                 have = 0;
-            }
-            if have == size {
+            } else if existing == Some(size) {
+                // Only a file that is there counts as complete: an empty file has no bytes
+                // to resume from but still has to exist to be hashed and renamed.
                 return Ok(());
             }
         }
@@ -187,7 +243,7 @@ impl Client {
                 let start = resp.header("Content-Range").and_then(content_range_start);
                 if start != Some(have) {
                     return Err(HubError::BadResponse {
-                        url: url.to_string(),
+                        url: shown(url),
                         reason: format!(
                             "asked for bytes from {have}, got Content-Range {:?}",
                             resp.header("Content-Range")
@@ -206,7 +262,7 @@ impl Client {
             }
             other => {
                 return Err(HubError::BadResponse {
-                    url: url.to_string(),
+                    url: shown(url),
                     reason: format!("status {other} for a download"),
                 })
             }
@@ -215,7 +271,7 @@ impl Client {
             .header("Content-Length")
             .and_then(|s| s.trim().parse::<u64>().ok());
         let total = size.or_else(|| body_len.map(|n| n + have));
-        tracing::debug!(%url, resume_from = have, ?total, "downloading");
+        tracing::debug!(url = %shown(url), resume_from = have, ?total, "downloading");
         progress.download_started(path, total, have);
 
         let mut reader = resp.into_reader();
@@ -269,59 +325,112 @@ impl Client {
         for _ in 0..=MAX_REDIRECTS {
             on_endpoint = on_endpoint && same_origin(&url, &self.endpoint);
             let mut req = self
-                .agent
+                .agent_for(&url)?
                 .request_url(method, &url)
                 .set("Accept-Encoding", "identity");
-            let token_sent = on_endpoint && self.token.is_some();
-            if let (true, Some(token)) = (on_endpoint, &self.token) {
-                req = req.set("Authorization", &format!("Bearer {token}"));
+            let token_sent = on_endpoint && !matches!(self.auth, Auth::None);
+            if on_endpoint {
+                match &self.auth {
+                    Auth::None => {}
+                    Auth::Bearer(value) => req = req.set("Authorization", value),
+                    Auth::Unsendable { position, what } => {
+                        return Err(HubError::InvalidToken {
+                            position: *position,
+                            what,
+                        })
+                    }
+                }
             }
             if let Some(from) = range_from {
                 req = req.set("Range", &format!("bytes={from}-"));
             }
-            tracing::trace!(method, %url, token_sent, ?range_from, "request");
+            tracing::trace!(method, url = %shown(&url), token_sent, ?range_from, "request");
             let resp = match req.call() {
                 Ok(r) => r,
                 Err(ureq::Error::Status(status, r)) => {
-                    return Err(status_error(status, &r, &url, token_sent))
+                    let sent = TokenUse {
+                        sent: token_sent,
+                        configured: !matches!(self.auth, Auth::None),
+                        left_endpoint: !on_endpoint,
+                        endpoint: &self.endpoint,
+                    };
+                    return Err(status_error(status, &r, &url, sent));
                 }
-                Err(ureq::Error::Transport(t)) => {
-                    return Err(HubError::Network {
-                        url: url.to_string(),
-                        reason: transport_reason(&t),
-                        name_resolution: t.kind() == ureq::ErrorKind::Dns,
-                    })
-                }
+                Err(ureq::Error::Transport(t)) => return Err(transport_error(&url, &t)),
             };
             if !(300..400).contains(&resp.status()) || resp.status() == 304 {
                 return Ok(resp);
             }
             let bad = |reason: String| HubError::BadResponse {
-                url: url.to_string(),
+                url: shown(&url),
                 reason,
             };
             let location = resp
                 .header("Location")
                 .ok_or_else(|| bad("redirect without Location".into()))?;
-            let next = url
-                .join(location)
-                .map_err(|e| bad(format!("bad redirect Location `{location}`: {e}")))?;
+            let next = url.join(location).map_err(|e| {
+                bad(format!(
+                    "bad redirect Location `{}`: {e}",
+                    without_query(location)
+                ))
+            })?;
             if !matches!(next.scheme(), "http" | "https")
                 || (url.scheme() == "https" && next.scheme() == "http")
             {
-                return Err(bad(format!("refusing redirect to {next}")));
+                return Err(bad(format!("refusing redirect to {}", shown(&next))));
             }
             if !follow_cross_origin && !same_origin(&next, &url) {
                 return Ok(resp);
             }
-            tracing::debug!(from = %url, to = %next, "redirect");
+            tracing::debug!(from = %shown(&url), to = %shown(&next), "redirect");
             url = next;
         }
         Err(HubError::BadResponse {
-            url: url.to_string(),
+            url: shown(&url),
             reason: format!("more than {MAX_REDIRECTS} redirects"),
         })
     }
+}
+
+/// Where the token stood for the request that failed.
+struct TokenUse<'a> {
+    sent: bool,
+    configured: bool,
+    /// The redirect chain had left the endpoint's origin (the token is not sent from then on).
+    left_endpoint: bool,
+    endpoint: &'a Url,
+}
+
+/// The first character of `token` that cannot go into a bearer header, 1-based, with its
+/// kind. Only visible ASCII is accepted: ureq would refuse the rest (and echo the whole
+/// header line in its error), and whitespace would split the credential.
+fn unsendable(token: &str) -> Option<(usize, &'static str)> {
+    token.chars().enumerate().find_map(|(i, c)| {
+        let what = match c {
+            '!'..='~' => return None,
+            c if c.is_whitespace() => "whitespace",
+            c if c.is_control() => "a control character",
+            _ => "a non-ASCII character",
+        };
+        Some((i + 1, what))
+    })
+}
+
+/// A proxy value as ureq takes it. ureq speaks plain-http proxies only (no TLS to the
+/// proxy, and SOCKS is not built in), so anything else is refused here rather than failing
+/// obscurely on connect.
+fn parse_proxy(value: &str) -> Result<ureq::Proxy, String> {
+    let value = value.trim();
+    let value = match value.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => format!("http://{rest}"),
+        Some((scheme, _)) => {
+            return Err(format!(
+                "{scheme}:// proxies are not supported; use an http:// proxy"
+            ))
+        }
+        None => value.to_owned(),
+    };
+    ureq::Proxy::new(&value).map_err(|_| "expected http://[user:password@]host[:port]".into())
 }
 
 fn parse_endpoint(endpoint: &str) -> Result<Url, HubError> {
@@ -369,6 +478,41 @@ fn remove(path: &Path) -> Result<(), HubError> {
     }
 }
 
+/// `url` for messages and logs: without its query and fragment (a redirect target's query
+/// carries signatures) and without credentials.
+pub(crate) fn shown(url: &Url) -> String {
+    let mut u = url.clone();
+    u.set_query(None);
+    u.set_fragment(None);
+    let _ = u.set_password(None);
+    let _ = u.set_username("");
+    u.to_string()
+}
+
+/// A raw URL string (that did not parse) cut before its query or fragment.
+fn without_query(raw: &str) -> &str {
+    raw.split(['?', '#']).next().unwrap_or("")
+}
+
+/// A ureq transport error as ours. ureq's own text is not used for a refused header: it
+/// quotes the whole header line, which for `Authorization` is the token.
+fn transport_error(url: &Url, t: &ureq::Transport) -> HubError {
+    use ureq::ErrorKind as K;
+    let refused = |reason: &str| HubError::RequestRefused {
+        url: shown(url),
+        reason: reason.to_owned(),
+    };
+    match t.kind() {
+        K::BadHeader => refused("a request header holds a character HTTP does not allow"),
+        K::InvalidUrl | K::UnknownScheme | K::InvalidProxyUrl => refused(&t.kind().to_string()),
+        kind => HubError::Network {
+            url: shown(url),
+            reason: transport_reason(t),
+            name_resolution: kind == K::Dns,
+        },
+    }
+}
+
 /// ureq's transport error without the URL its `Display` starts with (the message names it).
 fn transport_reason(t: &ureq::Transport) -> String {
     let mut reason = t.kind().to_string();
@@ -397,8 +541,8 @@ fn is_transient(e: &HubError) -> bool {
     }
 }
 
-fn status_error(status: u16, resp: &ureq::Response, url: &Url, token_sent: bool) -> HubError {
-    let url = url.to_string();
+fn status_error(status: u16, resp: &ureq::Response, url: &Url, token: TokenUse<'_>) -> HubError {
+    let url = shown(url);
     let code = resp.header("X-Error-Code").map(str::to_owned);
     let message = resp
         .header("X-Error-Message")
@@ -406,17 +550,33 @@ fn status_error(status: u16, resp: &ureq::Response, url: &Url, token_sent: bool)
         .unwrap_or_default();
     match status {
         401 | 403 => {
-            let hint = if token_sent {
+            let hint = if token.sent {
                 "; the token in HF_TOKEN was sent but does not give access: the repo is private or \
                  gated (accept its terms on the hub) or does not exist"
+                    .to_owned()
+            } else if token.left_endpoint {
+                // The hub only redirects to a download link after it has checked access, so a
+                // refusal there is about the link (signed, short-lived), not about a token.
+                let origin = token.endpoint.origin().ascii_serialization();
+                let token_note = if token.configured {
+                    format!(
+                        " HF_TOKEN is set, but it is sent only to {origin}, never to a host the \
+                         hub redirects to."
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "; the hub redirected to this download link and the link was refused, most \
+                     likely because it expired.{token_note} Run the command again: it asks the \
+                     hub for a fresh link"
+                )
             } else {
-                "; the repo is private, gated or does not exist: set HF_TOKEN to a token with read access"
+                "; the repo is private, gated or does not exist: set HF_TOKEN to a token with read \
+                 access"
+                    .to_owned()
             };
-            HubError::Unauthorized {
-                url,
-                status,
-                hint: hint.into(),
-            }
+            HubError::Unauthorized { url, status, hint }
         }
         404 => {
             let hint = match code.as_deref() {
@@ -466,5 +626,49 @@ mod tests {
                 .as_str(),
             "https://mirror.example/hf/org/name/resolve/refs%2Fpr%2F1/tokenizer/tokenizer.json"
         );
+    }
+
+    #[test]
+    fn a_refused_header_is_never_echoed_nor_retried() {
+        // ureq checks headers before connecting: nothing listens on port 9 and nothing needs to.
+        let url =
+            Url::parse("http://127.0.0.1:9/x?sig=SIGNATURE").unwrap_or_else(|e| panic!("{e}"));
+        let sent = ureq::AgentBuilder::new()
+            .build()
+            .request_url("GET", &url)
+            .set("Authorization", "Bearer hf_SECRET\nx")
+            .call();
+        let Err(ureq::Error::Transport(t)) = sent else {
+            panic!("expected a transport error, got {sent:?}");
+        };
+        assert_eq!(t.kind(), ureq::ErrorKind::BadHeader);
+        let e = transport_error(&url, &t);
+        let text = format!("{e} {e:?}");
+        assert!(
+            !text.contains("SECRET") && !text.contains("SIGNATURE"),
+            "{text}"
+        );
+        assert!(matches!(e, HubError::RequestRefused { .. }), "{e:?}");
+        assert!(!is_transient(&e));
+    }
+
+    #[test]
+    fn tokens_that_cannot_be_a_header_value() {
+        assert_eq!(unsendable("hf_abcXYZ019-._~+/="), None);
+        assert_eq!(unsendable("hf_a b"), Some((5, "whitespace")));
+        assert_eq!(unsendable("hf\u{7f}"), Some((3, "a control character")));
+        assert_eq!(unsendable("hf_\u{e9}"), Some((4, "a non-ASCII character")));
+        let mut cfg = HubConfig::new("/tmp/none".into());
+        cfg.token = Some(" hf_ok\r\n".into());
+        let c = Client::new(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(&c.auth, Auth::Bearer(v) if v == "Bearer hf_ok"));
+    }
+
+    #[test]
+    fn urls_are_shown_without_query_or_credentials() {
+        let u = Url::parse("https://user:pw@cdn.example/lfs/abc?X-Amz-Signature=s&e=1#f")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(shown(&u), "https://cdn.example/lfs/abc");
+        assert_eq!(without_query("/x?sig=1"), "/x");
     }
 }

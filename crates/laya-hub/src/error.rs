@@ -42,7 +42,10 @@ pub enum HubError {
     },
 
     /// A revision that is not usable (empty, or with characters a ref cannot have).
-    #[error("invalid revision `{0}`")]
+    #[error(
+        "invalid revision `{0}`: expected a branch, tag or commit (not empty; no whitespace, \
+         `..` or `\\`; no leading or trailing `/`)"
+    )]
     InvalidRevision(String),
 
     /// A commit prefix matches more than one cached snapshot.
@@ -69,7 +72,8 @@ pub enum HubError {
 
     /// Downloads are off and the model is not (completely) in the cache.
     #[error(
-        "{what} is not in the cache at {cache} and downloads are off (--offline or HF_HUB_OFFLINE). \
+        "{what} is not in the cache at {cache} and downloads are off (--offline, HF_HUB_OFFLINE \
+         or TRANSFORMERS_OFFLINE). \
          Download it with `sys1rust pull {pull_args}` on a machine that can reach the hub \
          (then copy that cache here, or point HF_HOME at it), or pass `--model DIR` with a \
          local checkpoint directory"
@@ -175,15 +179,71 @@ pub enum HubError {
         actual: String,
     },
 
+    /// A cached file failed verification while downloads are off (an offline `pull`). The
+    /// corrupt blob and its snapshot entry were deleted, so the cache no longer claims to
+    /// hold the file.
+    #[error(
+        "{path} of {snapshot} in the cache failed verification ({mismatch}); the \
+         corrupt file was deleted from the cache. Downloads are off (HF_HUB_OFFLINE or \
+         TRANSFORMERS_OFFLINE): run `sys1rust pull {pull_args}` where the hub is reachable to \
+         download it again"
+    )]
+    CorruptInCache {
+        /// `<repo id>@<commit>` (one field, so this variant does not grow the error type).
+        snapshot: String,
+        /// File path in the repo.
+        path: String,
+        /// `expected <digest or size>, got <what the bytes gave>`.
+        mismatch: String,
+        /// Arguments of the `sys1rust pull` that would fetch it again.
+        pull_args: String,
+    },
+
     /// A file system operation failed.
-    #[error("cannot {action} {path}: {source}")]
+    // The OS error is part of the message and deliberately not `source()`: reports that walk
+    // the chain would otherwise print it twice.
+    #[error("cannot {action} {path}: {error}")]
     Io {
         /// What was being done (`create`, `read`, `rename`, …).
         action: &'static str,
         /// The path it was done to.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
+    },
+
+    /// The configured token cannot be sent: it holds a character an HTTP header cannot
+    /// carry. The message never contains the token.
+    #[error(
+        "the Hugging Face token cannot be sent: character {position} of it is {what}, which an \
+         HTTP header cannot carry. Fix the token in HF_TOKEN, else HUGGING_FACE_HUB_TOKEN, else \
+         the token file (HF_TOKEN_PATH, default $HF_HOME/token), whichever is set first"
+    )]
+    InvalidToken {
+        /// 1-based position of the first bad character.
+        position: usize,
+        /// What kind of character it is (never the character itself).
+        what: &'static str,
+    },
+
+    /// A proxy variable holds something this client cannot use as a proxy. The message
+    /// names the variable, never its value (it may carry a password).
+    #[error("{variable} (or its lower-case form) is not a usable proxy: {reason}")]
+    InvalidProxy {
+        /// `HTTPS_PROXY`, `HTTP_PROXY` or `ALL_PROXY`.
+        variable: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// The request could not be sent as built (a header or URL the HTTP library refuses).
+    /// Not a network problem, so never retried.
+    #[error("cannot send a request to {url}: {reason}")]
+    RequestRefused {
+        /// The URL, without its query.
+        url: String,
+        /// What was wrong (never a header's value).
+        reason: String,
     },
 
     /// `HF_ENDPOINT` (or the configured endpoint) is not an http(s) URL.
@@ -240,10 +300,37 @@ impl HubError {
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> HubError {
         let path = path.into();
-        move |source| HubError::Io {
+        move |error| HubError::Io {
             action,
             path,
-            source,
+            error,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message and every `source()` below it, as `{:?}` of an anyhow error prints them.
+    fn report(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(s) = next {
+            out.push_str("\nCaused by: ");
+            out.push_str(&s.to_string());
+            next = s.source();
+        }
+        out
+    }
+
+    #[test]
+    fn io_errors_say_the_os_error_once() {
+        let e = HubError::io("write", "/cache/blobs/x")(std::io::Error::other(
+            "No space left on device",
+        ));
+        let text = report(&e);
+        assert_eq!(text.matches("No space left on device").count(), 1, "{text}");
+        assert!(text.starts_with("cannot write /cache/blobs/x: "), "{text}");
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cache::RepoCache;
 use crate::config::HubConfig;
-use crate::download::Client;
+use crate::download::{shown, Client};
 use crate::error::HubError;
 use crate::list::CachedModel;
 use crate::lock::{lock_blob, lock_repo, InUse};
@@ -165,7 +165,7 @@ impl Hub {
         let resolved = self.run(spec, revision, mode, progress)?;
         if self.config.offline {
             // Offline pull = verify; resolve() alone trusts what a snapshot shows.
-            self.verify_cached(&resolved, progress)?;
+            self.verify_cached(&resolved, spec, progress)?;
         }
         Ok(resolved)
     }
@@ -310,14 +310,9 @@ impl Hub {
                 return Ok(resolved(commit));
             }
             if offline {
-                let pull_args = if spec.contains(char::is_whitespace) {
-                    format!("'{spec}'")
-                } else {
-                    spec.to_owned()
-                };
                 return Err(self.not_cached(
                     format!("{name} at revision {revision}"),
-                    format!("{pull_args} --revision {revision}"),
+                    format!("{} --revision {revision}", quoted(spec)),
                 ));
             }
         }
@@ -332,10 +327,7 @@ impl Hub {
             .clone()
             .filter(|c| c.len() == 40 && is_commit_prefix(c))
             .ok_or_else(|| HubError::BadResponse {
-                url: self
-                    .client
-                    .resolve_url(repo, revision, CHECKPOINT_FILES[0])
-                    .to_string(),
+                url: shown(&self.client.resolve_url(repo, revision, CHECKPOINT_FILES[0])),
                 reason: "no X-Repo-Commit header with a 40-hex commit".into(),
             })?;
         // Every file's size and digest first, so the display can show the pull's total.
@@ -351,7 +343,7 @@ impl Hub {
                 .as_deref()
                 .and_then(Digest::parse)
                 .ok_or_else(|| HubError::BadResponse {
-                    url: self.client.resolve_url(repo, &commit, path).to_string(),
+                    url: shown(&self.client.resolve_url(repo, &commit, path)),
                     reason: format!(
                         "no sha256 or git blob id to verify against (ETag {:?})",
                         meta.etag
@@ -492,10 +484,13 @@ impl Hub {
         Ok(())
     }
 
-    /// Re-hashes every file of a resolved snapshot (offline `pull`).
+    /// Re-hashes every file of a resolved snapshot (offline `pull`). A file that fails loses
+    /// its blob as well as its snapshot entry: the cache must not keep bytes known to be bad,
+    /// and the next resolve then says the file is missing, which is the truth.
     fn verify_cached(
         &self,
         resolved: &ResolvedModel,
+        spec: &str,
         progress: &dyn Progress,
     ) -> Result<(), HubError> {
         let (Some(repo), Some(commit)) = (&resolved.repo, &resolved.revision) else {
@@ -527,10 +522,36 @@ impl Hub {
                 digest: &digest,
                 size: None,
             };
-            self.verify(&job, &file, progress).inspect_err(|_| {
-                let _ = fs::remove_file(&file);
-            })?;
-            progress.file_done(path);
+            match self.verify(&job, &file, progress) {
+                Ok(()) => progress.file_done(path),
+                Err(HubError::Integrity {
+                    expected, actual, ..
+                }) => {
+                    for gone in [cache.blob(&digest), file] {
+                        match fs::remove_file(&gone) {
+                            // Another process may have removed it first; gone is gone.
+                            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                                return Err(HubError::io("remove", &gone)(e))
+                            }
+                            _ => {}
+                        }
+                    }
+                    // The pin (a known name) or the exact commit, so the pull that repairs
+                    // it fetches this snapshot and no newer one.
+                    let pull_args = if resolved.pinned {
+                        quoted(spec)
+                    } else {
+                        format!("{} --revision {commit}", quoted(spec))
+                    };
+                    return Err(HubError::CorruptInCache {
+                        snapshot: format!("{repo}@{commit}"),
+                        path: (*path).to_owned(),
+                        mismatch: format!("expected {expected}, got {actual}"),
+                        pull_args,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }
@@ -551,6 +572,15 @@ struct FileJob<'a> {
     path: &'a str,
     digest: &'a Digest,
     size: Option<u64>,
+}
+
+/// `spec` as one shell word in a suggested command.
+fn quoted(spec: &str) -> String {
+    if spec.contains(char::is_whitespace) {
+        format!("'{spec}'")
+    } else {
+        spec.to_owned()
+    }
 }
 
 /// Whether the snapshot entry is a link to this digest's blob (or a plain file, where links

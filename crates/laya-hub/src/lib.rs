@@ -45,6 +45,7 @@ mod list;
 mod lock;
 mod models;
 mod progress;
+mod proxy;
 mod repo_id;
 mod spec;
 mod verify;
@@ -59,4 +60,5 @@ pub use models::{Digest, KnownModel, ModelTable, PinnedFile, CHECKPOINT_FILES, D
 pub use progress::{
     format_size, stderr_progress, suspend_bars, BarProgress, LineProgress, NoProgress, Progress,
 };
+pub use proxy::ProxyConfig;
 pub use spec::ModelSpec;

@@ -9,7 +9,7 @@ use laya_hub::{
     render_models_table, Hub, HubConfig, HubError, LineProgress, NoProgress, CHECKPOINT_FILES,
 };
 
-use crate::support::mock::Fault;
+use crate::support::mock::{Fault, MockHub, MockRepo};
 use crate::support::{assert_checkpoint, digest_for, names, Env, OTHER, OTHER_MAIN, PIN, TOKEN};
 
 fn hub(env: &Env, tweak: impl FnOnce(&mut HubConfig)) -> Hub {
@@ -559,4 +559,236 @@ fn builtin_pins_verify_the_published_small_files() {
             "{path}"
         );
     }
+}
+
+/// A token that cannot be a header value (here a trailing non-ASCII character, as an editor
+/// may leave in the token file) is a typed error that never shows the token, sent nowhere
+/// and not retried. Work that needs no network still runs.
+#[test]
+fn an_unsendable_token_is_refused_without_leaking_or_retrying() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let token_file = dir.path().join("token");
+    fs::write(&token_file, "hf_SECRET\u{e9}\n").unwrap_or_else(|e| panic!("{e}"));
+    let token_path = token_file.to_string_lossy().into_owned();
+    for vars in [
+        vec![("HF_TOKEN", "hf_SECRET\u{e9}")],
+        vec![("HF_TOKEN_PATH", token_path.as_str())],
+    ] {
+        let from_env = HubConfig::from_vars(|k| {
+            (k == "HF_HOME")
+                .then(|| dir.path().to_string_lossy().into_owned())
+                .or_else(|| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).into()))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let h = hub(&env, |c| {
+            c.token = from_env.token.clone();
+            c.retries = 3;
+            c.retry_delay = Duration::from_secs(1);
+        });
+        let started = std::time::Instant::now();
+        let (e, msg) = err_text(h.pull("private", None, &NoProgress));
+        assert!(
+            matches!(e, HubError::InvalidToken { position: 10, .. }),
+            "{e:?}"
+        );
+        assert!(
+            !msg.contains("SECRET") && !format!("{e:?}").contains("SECRET"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("non-ASCII") && msg.contains("HF_TOKEN"),
+            "{msg}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1), "retried");
+        assert!(env.mock.hub.log().is_empty(), "sent a request");
+    }
+    // Offline resolution of a cached model does not need the token.
+    hub(&env, |_| {})
+        .pull("tiny", None, &NoProgress)
+        .unwrap_or_else(|e| panic!("{e}"));
+    hub(&env, |c| c.token = Some("hf_SECRET\u{e9}".into()))
+        .resolve("tiny", None, true, &NoProgress)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// `HF_TOKEN=$'hf_SECRET\nx'` is cleaned to `hf_SECRETx` (huggingface_hub drops line breaks
+/// anywhere in a token) and sent; the refusal does not show it.
+#[test]
+fn a_token_with_a_line_break_is_cleaned_not_echoed() {
+    let env = Env::new();
+    let from_env = HubConfig::from_vars(|k| match k {
+        "HF_HOME" => Some("/nonexistent".into()),
+        "HF_TOKEN" => Some("hf_SECRET\nx".into()),
+        _ => None,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let h = hub(&env, |c| {
+        c.token = from_env.token.clone();
+        c.retries = 2;
+    });
+    let (e, msg) = err_text(h.pull("private", None, &NoProgress));
+    assert!(
+        matches!(e, HubError::Unauthorized { status: 401, .. }),
+        "{e:?}"
+    );
+    assert!(!msg.contains("SECRET"), "{msg}");
+    let sent: Vec<_> = env
+        .mock
+        .hub
+        .log()
+        .iter()
+        .filter_map(|r| r.header("authorization").map(str::to_owned))
+        .collect();
+    assert_eq!(sent, ["Bearer hf_SECRETx"]);
+}
+
+/// A download link refused by the CDN (or, after a bounce, by the hub's host without the
+/// token) is not a missing-token problem, and the signed query never shows.
+#[test]
+fn a_refused_download_link_gets_link_advice_without_its_query() {
+    let env = Env::new();
+    for token in [Some(TOKEN), None] {
+        env.mock.fault("model.safetensors", Fault::Status(403));
+        let h = hub(&env, |c| c.token = token.map(str::to_owned));
+        let (e, msg) = err_text(h.pull("tiny", None, &NoProgress));
+        assert!(
+            matches!(e, HubError::Unauthorized { status: 403, .. }),
+            "{e:?}"
+        );
+        assert!(!msg.contains("set HF_TOKEN"), "{msg}");
+        assert!(
+            msg.contains("expired") && msg.contains("Run the command again"),
+            "{msg}"
+        );
+        assert_eq!(
+            msg.contains("HF_TOKEN is set"),
+            token.is_some(),
+            "{token:?}: {msg}"
+        );
+        assert!(!msg.contains("sig=") && !msg.contains('?'), "{msg}");
+        assert!(msg.contains(&env.mock.cdn.origin()), "{msg}");
+    }
+    // CDN → back to the hub's own host, where the token is no longer sent.
+    env.mock.fault("model.safetensors", Fault::BounceToHub);
+    env.mock.fault("model.safetensors", Fault::Status(401));
+    let h = hub(&env, |c| c.token = Some(TOKEN.into()));
+    let (e, msg) = err_text(h.pull("tiny", None, &NoProgress));
+    assert!(
+        matches!(e, HubError::Unauthorized { status: 401, .. }),
+        "{e:?}"
+    );
+    assert!(
+        !msg.contains("set HF_TOKEN") && msg.contains("HF_TOKEN is set"),
+        "{msg}"
+    );
+    assert!(!msg.contains("sig=") && msg.contains("/bounced/"), "{msg}");
+    // The next pull gets a fresh link and succeeds.
+    let m = h
+        .pull("tiny", None, &NoProgress)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_checkpoint(&m.dir, &env.fx.files);
+}
+
+/// Empty files (an empty LFS file and an empty git file) download and verify, pinned and
+/// unpinned.
+#[test]
+fn empty_files_download_and_verify() {
+    let mut fx = crate::support::Fixture::new();
+    for path in ["model.safetensors", "tokenizer/tokenizer_config.json"] {
+        fx.files.insert(path.to_owned(), Vec::new());
+    }
+    let repos = std::collections::HashMap::from([
+        (
+            "laya-test/tiny".to_owned(),
+            MockRepo::new(PIN, fx.files.clone()),
+        ),
+        (
+            "laya-test/other".to_owned(),
+            MockRepo::new(OTHER_MAIN, fx.files.clone()),
+        ),
+    ]);
+    let mock = MockHub::start(repos, TOKEN);
+    let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut c = HubConfig::new(home.path().join("hub"));
+    c.endpoint = mock.endpoint();
+    c.models = fx.table();
+    c.retries = 0;
+    let h = Hub::new(c).unwrap_or_else(|e| panic!("{e}"));
+    for (spec, commit) in [("tiny", PIN), ("laya-test/other", OTHER_MAIN)] {
+        let m = h
+            .pull(spec, None, &NoProgress)
+            .unwrap_or_else(|e| panic!("{spec}: {e}"));
+        assert_eq!(m.revision.as_deref(), Some(commit));
+        assert_checkpoint(&m.dir, &fx.files);
+        // Cached now: a second pull re-verifies without downloading.
+        h.pull(spec, None, &NoProgress)
+            .unwrap_or_else(|e| panic!("{spec} again: {e}"));
+        h.resolve(spec, None, true, &NoProgress)
+            .unwrap_or_else(|e| panic!("{spec} offline: {e}"));
+    }
+    let blobs = home.path().join("hub/models--laya-test--tiny/blobs");
+    // sha256 of nothing, and `git hash-object /dev/null`.
+    for empty in [
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
+    ] {
+        assert_eq!(
+            fs::metadata(blobs.join(empty)).map(|m| m.len()).ok(),
+            Some(0)
+        );
+    }
+}
+
+/// An offline pull that finds a corrupt cached file deletes the blob too (not just the
+/// link), and says that downloads are off and which pull fetches it again.
+#[test]
+fn offline_pull_deletes_a_corrupt_blob_and_says_how_to_refetch() {
+    let env = Env::new();
+    let m = hub(&env, |_| {})
+        .pull("tiny", None, &NoProgress)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let link = m.dir.join("model.safetensors");
+    let blob = fs::canonicalize(&link).unwrap_or_else(|e| panic!("{e}"));
+    let mut bytes = fs::read(&blob).unwrap_or_else(|e| panic!("{e}"));
+    bytes[100] ^= 1;
+    fs::write(&blob, &bytes).unwrap_or_else(|e| panic!("{e}"));
+
+    let offline = hub(&env, |c| c.offline = true);
+    let (e, msg) = err_text(offline.pull("tiny", None, &NoProgress));
+    assert!(matches!(e, HubError::CorruptInCache { .. }), "{e:?}");
+    assert!(
+        msg.contains("model.safetensors")
+            && msg.contains("deleted from the cache")
+            && msg.contains("`sys1rust pull tiny`")
+            && !msg.contains("Run the command again"),
+        "{msg}"
+    );
+    assert!(!blob.exists(), "the corrupt blob was kept");
+    assert!(fs::symlink_metadata(&link).is_err(), "the link was kept");
+    // What the message says is what the cache now is: offline, the file is missing.
+    let (e, _) = err_text(offline.pull("tiny", None, &NoProgress));
+    assert!(matches!(e, HubError::NotCached { .. }), "{e:?}");
+    let m = hub(&env, |_| {})
+        .pull("tiny", None, &NoProgress)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_checkpoint(&m.dir, &env.fx.files);
+
+    // An unpinned snapshot names its commit, so the repair fetches that very snapshot.
+    hub(&env, |_| {})
+        .pull("laya-test/other", None, &NoProgress)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let other = env.snapshot("laya-test/other", OTHER_MAIN);
+    let blob =
+        fs::canonicalize(other.join("rl_agent_config.json")).unwrap_or_else(|e| panic!("{e}"));
+    let mut bytes = fs::read(&blob).unwrap_or_else(|e| panic!("{e}"));
+    bytes[0] ^= 1;
+    fs::write(&blob, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    let (_, msg) = err_text(offline.pull("laya-test/other", None, &NoProgress));
+    assert!(
+        msg.contains(&format!(
+            "`sys1rust pull laya-test/other --revision {OTHER_MAIN}`"
+        )),
+        "{msg}"
+    );
 }

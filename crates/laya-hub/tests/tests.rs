@@ -3,5 +3,7 @@
 
 mod concurrency;
 mod hf_compat;
+mod proxy;
 mod pull;
+mod show;
 mod support;

@@ -189,6 +189,7 @@ fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
         "HUGGING_FACE_HUB_TOKEN",
         "HF_TOKEN_PATH",
         "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
         "SYS1_MODEL",
         "SYS1_REVISION",
         "SYS1_DEVICE",
@@ -196,7 +197,9 @@ fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
         "LAYA_HOST",
         "LAYA_PORT",
         "LAYA_API_KEY",
-        // ureq takes proxies from these and does not read NO_PROXY: the mock is on loopback.
+        // The mock is on loopback: no proxy may stand between.
+        "NO_PROXY",
+        "no_proxy",
         "ALL_PROXY",
         "all_proxy",
         "HTTPS_PROXY",
@@ -601,25 +604,15 @@ fn serve_by_repo_id_downloads_lists_and_serves_offline() {
     );
 }
 
-/// The router downloads what it preloads after the port has opened: while the download runs
-/// `/ready` is 503 `loading` and `/health` 200; once the checkpoint is loaded `/ready` is 200
-/// and the checkpoint answers.
-#[test]
-fn ready_is_503_while_the_preload_downloads() {
-    let scratch = Scratch::new();
-    let home = scratch.0.join("hf-home");
-    let hub = MockHub::start(
-        HashMap::from([(REPO.to_owned(), MockRepo::new(COMMIT, fixture_files()))]),
-        "unused-token",
-    );
-    // About 4 s for the 7 MB of weights.
-    hub.fault(
-        "model.safetensors",
-        Fault::Slow {
-            chunk: 512 * 1024,
-            delay: Duration::from_millis(300),
-        },
-    );
+/// `serve` preloading the mock hub's repo (the model "slow") into `home`, its weights sent
+/// `chunk` bytes every `delay`; its stderr collected.
+fn serve_slow_preload(
+    home: &Path,
+    hub: &MockHub,
+    chunk: usize,
+    delay: Duration,
+) -> (Child, Arc<Mutex<Vec<String>>>) {
+    hub.fault("model.safetensors", Fault::Slow { chunk, delay });
     let endpoint = hub.endpoint();
     let extra = format!(r#"{{"slow": "{REPO}"}}"#);
     let mut child = command(
@@ -641,6 +634,23 @@ fn ready_is_503_while_the_preload_downloads() {
     .spawn()
     .expect("sys1rust starts");
     let stderr = collect(child.stderr.take().expect("stderr"), "serve");
+    (child, stderr)
+}
+
+/// The router downloads what it preloads after the port has opened: while the download runs
+/// `/ready` is 503 `loading` and `/health` 200; once the checkpoint is loaded `/ready` is 200
+/// and the checkpoint answers.
+#[test]
+fn ready_is_503_while_the_preload_downloads() {
+    let scratch = Scratch::new();
+    let home = scratch.0.join("hf-home");
+    let hub = MockHub::start(
+        HashMap::from([(REPO.to_owned(), MockRepo::new(COMMIT, fixture_files()))]),
+        "unused-token",
+    );
+    // About 4 s for the 7 MB of weights.
+    let (mut child, stderr) =
+        serve_slow_preload(&home, &hub, 512 * 1024, Duration::from_millis(300));
     let stdout = collect(child.stdout.take().expect("stdout"), "out");
     let deadline = Instant::now() + STEP_LIMIT;
     let addr: std::net::SocketAddr = loop {
@@ -698,6 +708,53 @@ fn ready_is_503_while_the_preload_downloads() {
     let resp = server.post_json("/v1/systemone", &body);
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert!(resp.text().contains(r#""model":"slow""#), "{}", resp.text());
+}
+
+/// A SIGTERM while the preload downloads ends the process at once, as upstream (which has no
+/// signal handlers while it preloads) ends: the download is abandoned, not waited for.
+#[test]
+fn sigterm_while_the_preload_downloads_exits_at_once() {
+    let scratch = Scratch::new();
+    let home = scratch.0.join("hf-home");
+    let hub = MockHub::start(
+        HashMap::from([(REPO.to_owned(), MockRepo::new(COMMIT, fixture_files()))]),
+        "unused-token",
+    );
+    // Minutes for the 7 MB of weights, each chunk well inside the read timeout.
+    let (mut child, stderr) = serve_slow_preload(&home, &hub, 64 * 1024, Duration::from_secs(2));
+    let deadline = Instant::now() + STEP_LIMIT;
+    while !joined(&stderr).contains("model.safetensors") {
+        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            panic!("the download never started:\n{}", joined(&stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let signalled = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success());
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if signalled.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!(
+                "still running 10 s after SIGTERM, mid-download:\n{}",
+                joined(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}\n{}", joined(&stderr));
+    assert!(
+        joined(&stderr).contains("stopped while loading"),
+        "{}",
+        joined(&stderr)
+    );
 }
 
 /// No network: a host name that does not resolve fails at once (no retries), says so once,

@@ -142,6 +142,9 @@ pub enum Fault {
     StallAfter { bytes: usize, pause: Duration },
     /// (CDN only) redirect back to the hub origin, which then serves the bytes.
     BounceToHub,
+    /// (CDN, and the hub after a bounce) answer with this status and no body, as a CDN
+    /// refusing an expired signed link does.
+    Status(u16),
 }
 
 /// One repo: commits with their files, `main`, and whether a token is needed.
@@ -244,12 +247,28 @@ impl MockHub {
     }
 }
 
+/// The `file=` query parameter of a download link.
+fn file_param(req: &Logged) -> String {
+    req.target
+        .split_once("file=")
+        .map(|(_, rest)| percent_decode(rest.split('&').next().unwrap_or("")))
+        .unwrap_or_default()
+}
+
 fn hub_handler(state: &State, req: &Logged, stream: &mut TcpStream) {
     if let Some(sha) = req.path().strip_prefix("/bounced/") {
         let Some(bytes) = state.blob_by_sha256(sha) else {
             return respond(stream, 404, &[], b"", req);
         };
-        return serve_bytes(stream, req, &bytes, &[], None);
+        let fault = if req.method == "GET" {
+            state.take_fault(&file_param(req))
+        } else {
+            None
+        };
+        if let Some(Fault::Status(code)) = fault {
+            return respond(stream, code, &[], b"", req);
+        }
+        return serve_bytes(stream, req, &bytes, &[], fault);
     }
     let segs: Vec<String> = req
         .path()
@@ -328,11 +347,7 @@ fn hub_handler(state: &State, req: &Logged, stream: &mut TcpStream) {
 
 fn cdn_handler(state: &State, req: &Logged, stream: &mut TcpStream) {
     let sha = req.path().strip_prefix("/lfs/").unwrap_or("");
-    let file = req
-        .target
-        .split_once("file=")
-        .map(|(_, rest)| percent_decode(rest.split('&').next().unwrap_or("")))
-        .unwrap_or_default();
+    let file = file_param(req);
     let Some(bytes) = state.blob_by_sha256(sha) else {
         return respond(stream, 404, &[], b"", req);
     };
@@ -341,15 +356,17 @@ fn cdn_handler(state: &State, req: &Logged, stream: &mut TcpStream) {
     } else {
         None
     };
-    if let Some(Fault::BounceToHub) = fault {
-        let hub = state.hub.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        return respond(
-            stream,
-            302,
-            &[("Location", format!("{hub}/bounced/{sha}"))],
-            b"",
-            req,
-        );
+    match fault {
+        Some(Fault::BounceToHub) => {
+            let hub = state.hub.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let location = format!(
+                "{hub}/bounced/{sha}?file={}&sig=bounced",
+                file.replace('/', "%2F")
+            );
+            return respond(stream, 302, &[("Location", location)], b"", req);
+        }
+        Some(Fault::Status(code)) => return respond(stream, code, &[], b"", req),
+        _ => {}
     }
     serve_bytes(
         stream,
@@ -437,6 +454,7 @@ fn write_head(
         206 => "Partial Content",
         302 => "Found",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         416 => "Range Not Satisfiable",
         _ => "Other",
@@ -469,4 +487,113 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A forward HTTP proxy: `CONNECT host:port` is tunnelled, an absolute-form request
+/// (`GET http://host:port/path`) is passed on in origin form. Records each target.
+pub struct ForwardProxy {
+    pub addr: SocketAddr,
+    targets: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl ForwardProxy {
+    pub fn start() -> ForwardProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let targets = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (targets2, stop2) = (targets.clone(), stop.clone());
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = conn else { continue };
+                let targets = targets2.clone();
+                thread::spawn(move || {
+                    let _ = forward(stream, &targets);
+                });
+            }
+        });
+        ForwardProxy {
+            addr,
+            targets,
+            stop,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request target seen, in order.
+    pub fn targets(&self) -> Vec<String> {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for ForwardProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn forward(client: TcpStream, targets: &Mutex<Vec<String>>) -> std::io::Result<()> {
+    let mut reader = BufReader::new(client.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let mut parts = line.split_whitespace();
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    let (method, target) = (method.to_owned(), target.to_owned());
+    targets
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(format!("{method} {target}"));
+    let mut head = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h.trim_end().is_empty() {
+            break;
+        }
+        head.push(h);
+    }
+    let mut client_w = client.try_clone()?;
+    let (authority, origin_form) = if method == "CONNECT" {
+        (target.clone(), None)
+    } else {
+        let rest = target.strip_prefix("http://").unwrap_or(&target);
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        (
+            authority.to_owned(),
+            Some(format!("{method} {path} HTTP/1.1\r\n")),
+        )
+    };
+    let mut upstream = TcpStream::connect(&authority)?;
+    match origin_form {
+        None => client_w.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?,
+        Some(request_line) => {
+            upstream.write_all(request_line.as_bytes())?;
+            for h in &head {
+                upstream.write_all(h.as_bytes())?;
+            }
+            upstream.write_all(b"\r\n")?;
+        }
+    }
+    // Whatever the client sends next (a tunnelled request) goes up; the answer comes back.
+    let mut up_w = upstream.try_clone()?;
+    let pump = thread::spawn(move || {
+        let _ = std::io::copy(&mut reader, &mut up_w);
+        let _ = up_w.shutdown(std::net::Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut upstream, &mut client_w);
+    let _ = client_w.shutdown(std::net::Shutdown::Both);
+    let _ = pump.join();
+    Ok(())
 }
