@@ -49,7 +49,9 @@ Options:
   --service        also install and (re)start the background service (\`sys1rust serve\`,
                    options in ~/.config/sys1rust/env). It first downloads the models the
                    service serves (\`sys1rust pull\`, SYS1_MODEL in that file picks one) and
-                   stops with advice if it cannot.
+                   stops with advice if it cannot. The HF_* and proxy variables exported here
+                   that the download uses are copied into that file (the service reads only
+                   it); HF_TOKEN is not: add it there yourself if the service needs it.
   --uninstall      remove the service, the install and the link; keep the options file
                    ~/.config/sys1rust/env (it may hold LAYA_API_KEY), the compiled-kernel
                    cache and downloaded models
@@ -71,7 +73,8 @@ Environment:
                    can hold a copy there), and the version is read from the tarball it names.
 
 Running it again installs the requested (or latest) release, removes the others and restarts
-a running service. It prints little on success and exits non-zero with a reason on failure.
+a running service; a release whose binary cannot start is not switched to (the installed one
+stays). It prints little on success and exits non-zero with a reason on failure.
 EOF
 }
 
@@ -130,6 +133,11 @@ render_service() {
   restart_delay=10
   start_limit_burst=10
   start_limit_interval=300
+  # On SIGTERM serve drains its in-flight requests for up to SYS1_SHUTDOWN_GRACE (30 s by
+  # default, after SYS1_DRAIN_DELAY, 0 by default) before it exits; the service manager waits
+  # this long before SIGKILL (launchd's own default is 20 s, too short for the drain). Raise it
+  # with those two.
+  stop_timeout=45
   case $1 in
     systemd)
       case $HOME in
@@ -160,6 +168,7 @@ EnvironmentFile=-$(systemd_path "$env_file")
 ExecStart=$(systemd_path "$program") $command
 Restart=on-failure
 RestartSec=$restart_delay
+TimeoutStopSec=$stop_timeout
 SyslogIdentifier=sys1rust
 
 [Install]
@@ -194,6 +203,8 @@ EOF
   </dict>
   <key>ThrottleInterval</key>
   <integer>$restart_delay</integer>
+  <key>ExitTimeOut</key>
+  <integer>$stop_timeout</integer>
   <key>StandardOutPath</key>
   <string>$(xml_escape "$log_file")</string>
   <key>StandardErrorPath</key>
@@ -231,9 +242,71 @@ write_service_file() {
   mv -f "$2.tmp.$$" "$2"
 }
 
+# The variables that decide where `sys1rust pull` and serve keep models and how they reach
+# Hugging Face (laya-hub's HubConfig::from_env and its proxy settings). The pull below runs
+# with this shell's environment under the options file, but the service gets the options file
+# alone (a systemd user manager and launchd read no shell profile): record_fetch_settings
+# copies the ones exported here and not set in that file into it, so that both use one cache,
+# endpoint, offline mode and proxy.
+fetch_settings="HF_HOME HF_HUB_CACHE HUGGINGFACE_HUB_CACHE XDG_CACHE_HOME HF_ENDPOINT HF_HUB_OFFLINE TRANSFORMERS_OFFLINE HF_TOKEN_PATH https_proxy HTTPS_PROXY http_proxy HTTP_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY"
+# Secrets stay out of the file, which is created with the default umask and is not only the
+# installer's: a token (and a proxy URL with credentials) is named instead of copied.
+secret_settings="HF_TOKEN HUGGING_FACE_HUB_TOKEN"
+
+# Whether the options file assigns variable $1 (even to nothing).
+env_file_sets() {
+  [ -f "$env_file" ] || return 1
+  (
+    unset "$1"
+    # shellcheck disable=SC1090 # the user's options file
+    . "$env_file" >/dev/null 2>&1
+    eval "[ -n \"\${$1+set}\" ]"
+  )
+}
+
+record_fetch_settings() {
+  copied=
+  for var in $fetch_settings; do
+    eval "val=\${$var:-}"
+    if [ -z "$val" ] || env_file_sets "$var"; then continue; fi
+    case $var in
+      *_proxy | *_PROXY)
+        case $val in
+          *@*)
+            warn "$var names a proxy with credentials: not copied into $env_file (the download uses it, the service will not); set it there yourself, chmod 600, if the service must download through it"
+            continue
+            ;;
+        esac
+        ;;
+    esac
+    case $val in
+      # Only values that sh (the pull, the LaunchAgent) and systemd's EnvironmentFile= read
+      # alike when unquoted: no space, quote, backslash, ~ or $.
+      *[!A-Za-z0-9_./:@%+,=-]*)
+        die "$var='$val' is exported here, so the download would use it, but it has characters this installer does not copy into $env_file; set $var there yourself (quoted) and run this again"
+        ;;
+    esac
+    if [ -z "$copied" ]; then
+      printf '# Copied by the installer from the environment it ran in, where the download used them:\n' >>"$env_file"
+    fi
+    printf '%s=%s\n' "$var" "$val" >>"$env_file"
+    copied="$copied $var"
+  done
+  if [ -n "$copied" ]; then
+    say "Copied$copied from this shell into $env_file, so that the service uses the cache and network settings of the download"
+  fi
+  for var in $secret_settings; do
+    eval "val=\${$var:-}"
+    if [ -n "$val" ] && ! env_file_sets "$var"; then
+      warn "$var is set here but not in $env_file: the download uses it, the service will not (a token is not copied into that file; add it there yourself, chmod 600, if the service must download)"
+    fi
+  done
+}
+
 # Runs `sys1rust pull` for what the service will serve, reading its options file the way the
 # LaunchAgent does (sh, exported), from HOME as a user unit's working directory, so that the
-# same SYS1_MODEL, LAYA_MODELS, HF_* and proxy settings apply. Its progress goes to stderr.
+# same SYS1_MODEL and LAYA_MODELS apply (and, after record_fetch_settings, the same HF_* and
+# proxy settings). Its progress goes to stderr.
 pull_models() {
   say "Downloading the models the service serves (sys1rust pull; options in $env_file)"
   if (
@@ -275,11 +348,14 @@ service_apply() {
         if systemd_user_ok; then
           systemctl --user daemon-reload
           systemctl --user try-restart "$unit_name"
+        else
+          warn "rewrote $unit, but 'systemctl --user' cannot reach a user manager here, so a running service was not restarted and keeps the release it started with; from your login session run: systemctl --user daemon-reload && systemctl --user try-restart $unit_name"
         fi
         return 0
       fi
       systemd_user_ok || die "--service needs a systemd user manager, and 'systemctl --user' cannot reach one here (log in through a regular session such as ssh or a console, or set XDG_RUNTIME_DIR=/run/user/$(id -u))"
       write_env_file
+      record_fetch_settings
       pull_models
       write_service_file systemd "$unit"
       systemctl --user daemon-reload
@@ -301,11 +377,23 @@ service_apply() {
         return 0
       fi
       write_env_file
+      record_fetch_settings
       pull_models
       mkdir -p "$(dirname "$log_file")"
       write_service_file launchd "$plist"
       launchctl bootout "$domain/$label" >/dev/null 2>&1 || true
-      launchctl bootstrap "$domain" "$plist"
+      # bootout can return while the old job is still stopping (serve drains for up to its
+      # shutdown grace), and bootstrap then fails ("Bootstrap failed: 5: Input/output error"):
+      # retry while launchctl still knows the label, for a little longer than ExitTimeOut.
+      tries=0
+      until launchctl bootstrap "$domain" "$plist" 2>"$tmp/bootstrap.err"; do
+        tries=$((tries + 1))
+        if [ "$tries" -ge 60 ] || { [ "$tries" -ge 2 ] && ! launchctl print "$domain/$label" >/dev/null 2>&1; }; then
+          cat "$tmp/bootstrap.err" >&2
+          die "launchctl bootstrap $domain $plist failed $tries times (above), so the service is not running; once 'launchctl print $domain/$label' finds nothing, run that bootstrap command yourself"
+        fi
+        sleep 1
+      done
       say "Service started: launchctl print $domain/$label; log: $log_file"
       say "Options: $env_file"
       ;;
@@ -331,18 +419,34 @@ service_remove() {
 
 # --- platform ----------------------------------------------------------------------------
 
-# The major version of the NVIDIA driver, or nothing when there is none.
+# The major version in an NVIDIA driver's version text on stdin: /sys/module/nvidia/version
+# ("580.65.06") or the first line of /proc/driver/nvidia/version, which reads
+#   NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.154.05  Thu Dec 28 ...       (proprietary)
+#   NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release ...   (open)
+# so the version is the line's first field that is a dotted number (not x86_64 or a time).
+driver_major_of() {
+  awk 'NR == 1 || /^NVRM version:/ {
+    for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+[.][0-9]+([.][0-9]+)*$/) { sub(/[.].*/, "", $i); print $i; exit }
+  }'
+}
+
+# The major version of the NVIDIA driver, or nothing when there is none (0: one we cannot read).
 nvidia_driver_major() {
-  v=
-  if [ -r /proc/driver/nvidia/version ]; then
-    v=$(sed -n 's/.*Kernel Module[^0-9]*\([0-9][0-9]*\)\..*/\1/p' /proc/driver/nvidia/version | head -n 1)
-  fi
+  v='' seen=''
+  for f in /sys/module/nvidia/version /proc/driver/nvidia/version; do
+    if [ -z "$v" ] && [ -r "$f" ]; then
+      seen=1
+      v=$(driver_major_of <"$f" 2>/dev/null || true)
+    fi
+  done
   if [ -z "$v" ] && command -v nvidia-smi >/dev/null 2>&1; then
+    seen=1
     v=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 | cut -d. -f1)
-    case $v in
-      '' | *[!0-9]*) v=0 ;; # a driver we cannot read: let the CUDA build say what it needs
-    esac
   fi
+  case $seen$v in
+    '') ;; # no driver
+    *[!0-9]* | 1) v=0 ;; # a driver we cannot read: let the CUDA build say what it needs
+  esac
   printf '%s' "$v"
 }
 
@@ -458,8 +562,14 @@ install_release() {
     die "could not download $sums_url"
   fi
   if [ -z "$version" ]; then
-    version=$(sed -n "s/^[0-9a-fA-F]\{64\}[ *]*sys1rust-\(.*\)-$platform\.tar\.gz\$/\1/p" "$tmp/SHA256SUMS" | head -n 1)
-    [ -n "$version" ] || die "the latest release ($sums_url) has no $platform build"
+    # A release's SHA256SUMS lists its own tarballs only; one listing several versions for this
+    # platform (an older dist/ hashed along) cannot say which is the latest.
+    versions=$(sed -n "s/^[0-9a-fA-F]\{64\}[ *]*sys1rust-\(.*\)-$platform\.tar\.gz\$/\1/p" "$tmp/SHA256SUMS" | sort -u)
+    [ -n "$versions" ] || die "the latest release ($sums_url) has no $platform build"
+    if [ "$(printf '%s\n' "$versions" | awk 'END { print NR }')" != 1 ]; then
+      die "$sums_url lists more than one version for $platform ($(printf '%s\n' "$versions" | tr '\n' ' ' | sed 's/ $//')), so it cannot tell which is the latest: name one with --version X (the releases: $repo_url/releases)"
+    fi
+    version=$versions
   fi
   case $version in
     '' | *[!0-9A-Za-z.+-]*) die "'$version' is not a release version" ;;
@@ -488,8 +598,18 @@ install_release() {
     esac
   fi
 
-  # Unpack beside the final place, then swap it in (an install that cannot start yet stays, so
-  # that the libraries it lacks can be added; see missing_requirements_hint).
+  if [ -z "$previous" ]; then
+    outcome="Installed sys1rust $version"
+  elif [ "$previous" = "$version" ]; then
+    outcome="Reinstalled sys1rust $version"
+  else
+    outcome="Updated sys1rust from $previous to $version"
+  fi
+
+  # Unpack beside the final place and move it there (a reinstall keeps the old copy in
+  # .previous), check that it starts, and only then switch the link and delete other releases:
+  # a release that cannot start leaves the one installed before it, and a running service,
+  # untouched.
   mkdir -p "$data_dir"
   staging=$data_dir/.staging
   rm -rf "$staging"
@@ -504,7 +624,32 @@ install_release() {
   rm -rf "$data_dir/.previous"
   if [ -e "$dest" ]; then mv "$dest" "$data_dir/.previous"; fi
   mv "$staging/$name" "$dest"
-  rm -rf "$staging" "$data_dir/.previous"
+  rm -rf "$staging"
+
+  if ! "$dest/bin/sys1rust" --version >"$tmp/version.out" 2>&1; then
+    if [ -n "$previous" ]; then
+      # Back to what was there: the link still names it, and nothing else was deleted.
+      rm -rf "$dest"
+      if [ -e "$data_dir/.previous" ]; then mv "$data_dir/.previous" "$dest"; fi
+      if [ "$previous" = "$version" ]; then
+        say "The new copy of sys1rust $version ($platform) cannot start, so the one installed before stays in $dest:"
+      else
+        say "sys1rust $version ($platform) cannot start, so it was not installed; sys1rust $previous stays installed (and a running service on it):"
+      fi
+    else
+      # Nothing to go back to: the install stays, so that it runs once the libraries it lacks
+      # are added (below).
+      rm -rf "$data_dir/.previous"
+      mkdir -p "$bin_dir"
+      ln -s "$dest/bin/sys1rust" "$link.new.$$"
+      mv -f "$link.new.$$" "$link"
+      say "$outcome ($platform) in $dest, but it cannot start:"
+    fi
+    sed 's/^/  /' "$tmp/version.out"
+    missing_requirements_hint
+    exit 1
+  fi
+  rm -rf "$data_dir/.previous"
 
   # The link, replaced atomically.
   mkdir -p "$bin_dir"
@@ -518,20 +663,6 @@ install_release() {
       *) rm -rf "$old" ;;
     esac
   done
-
-  if [ -z "$previous" ]; then
-    outcome="Installed sys1rust $version"
-  elif [ "$previous" = "$version" ]; then
-    outcome="Reinstalled sys1rust $version"
-  else
-    outcome="Updated sys1rust from $previous to $version"
-  fi
-  if ! "$dest/bin/sys1rust" --version >"$tmp/version.out" 2>&1; then
-    say "$outcome ($platform) in $dest, but it cannot start:"
-    sed 's/^/  /' "$tmp/version.out"
-    missing_requirements_hint
-    exit 1
-  fi
   say "$outcome ($platform) in $dest"
 
   case ":${PATH:-}:" in

@@ -11,16 +11,21 @@
 #     licenses/                  MLX (and the wheel's SBOM), mlx-c, mlx-sys
 #     README.md                  what the bundle needs from the system, how to run it
 #     VERSION                    the version
-#   <out>/SHA256SUMS             sha256sum lines for every sys1rust-*.tar.gz in <out>
+#   <out>/SHA256SUMS             sha256sum lines for this version's sys1rust-<version>-*.tar.gz
+#                                in <out> (every platform built into it; never an older
+#                                version's, which would make install.sh's "latest" ambiguous)
 #   <out>/install.sh             the installer, to publish beside them
 #
 # Usage: packaging/build-bundle.sh PLATFORM [--out DIR] [--binary FILE]
+#        packaging/build-bundle.sh --sums [--out DIR]
 #   PLATFORM        linux-x86_64-cpu | linux-aarch64-cpu | linux-x86_64-cuda13 | macos-arm64
 #                   (built on that host)
 #   --out DIR       where the tarball goes (default: dist/)
 #   --binary FILE   package this already built sys1rust instead of building one; its run-time
 #                   search path is rewritten (patchelf on Linux, install_name_tool on macOS)
 #                   and its debug info stripped. The tests use this to reuse their build.
+#   --sums          build nothing: rewrite <out>/SHA256SUMS over this version's tarballs, e.g.
+#                   in a dist/ merged from the platforms' hosts
 #
 # Without --binary it builds `cargo build --release -p sys1rust` into target/bundle-<platform>,
 # a target directory of its own: the binary gets the bundle's relative rpath (MLX_RPATH) there,
@@ -36,11 +41,12 @@ die() {
 }
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-platform='' out=$repo/dist binary=''
+platform='' out=$repo/dist binary='' sums_only=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=${2:?--out needs a directory} && shift 2 ;;
     --binary) binary=${2:?--binary needs a file} && shift 2 ;;
+    --sums) sums_only=1 && shift ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p;}' "$0" && exit 0 ;;
     -*) die "unknown option $1" ;;
     *)
@@ -49,6 +55,36 @@ while [ $# -gt 0 ]; do
       ;;
   esac
 done
+
+version=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$repo/Cargo.toml")
+[ -n "$version" ] || die "no version in the [workspace.package] of Cargo.toml"
+
+# SHA256SUMS over this version's tarballs in $out, whichever platforms were built into it.
+# Only this version's: install.sh takes the latest release's version from the one line its
+# platform has there, and refuses a SHA256SUMS that lists several.
+write_sums() {
+  (
+    cd "$out"
+    tarballs=()
+    # By name, not sys1rust-$version-*: that would take a pre-release such as $version-rc.1 too.
+    for p in linux-x86_64-cpu linux-aarch64-cpu linux-x86_64-cuda13 macos-arm64; do
+      if [ -f "sys1rust-$version-$p.tar.gz" ]; then tarballs+=("sys1rust-$version-$p.tar.gz"); fi
+    done
+    [ ${#tarballs[@]} -gt 0 ] || die "no sys1rust-$version-<platform>.tar.gz in $out"
+    if command -v sha256sum >/dev/null; then sum=(sha256sum); else sum=(shasum -a 256); fi
+    "${sum[@]}" "${tarballs[@]}" >SHA256SUMS.tmp
+    mv -f SHA256SUMS.tmp SHA256SUMS
+  )
+}
+
+if [ "$sums_only" = 1 ]; then
+  [ -z "$platform$binary" ] || die "--sums builds nothing: it takes no platform or --binary"
+  [ -d "$out" ] || die "no directory $out"
+  out=$(cd "$out" && pwd)
+  write_sums
+  echo "$out/SHA256SUMS"
+  exit 0
+fi
 
 host=$(uname -s)-$(uname -m)
 case $platform in
@@ -87,8 +123,6 @@ fi
 blas=
 [ "$flavor" = cpu ] && blas=libopenblas.so.0
 
-version=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$repo/Cargo.toml")
-[ -n "$version" ] || die "no version in the [workspace.package] of Cargo.toml"
 name=sys1rust-$version-$platform
 
 mlx=$(MLX_ARCH=$arch "$repo/scripts/setup-mlx.sh" "$flavor") # the wheel's mlx/ directory
@@ -218,7 +252,7 @@ $requirements
   \`licenses/\`: MLX (with the wheel's SBOM listing the libraries it bundles), mlx-c, mlx-sys.
 EOF
 
-# 4. The tarball (reproducible where GNU tar is available), then SHA256SUMS over all of them.
+# 4. The tarball (reproducible where GNU tar is available), then SHA256SUMS over this version's.
 tarball=$out/$name.tar.gz
 tar_flags=()
 if tar --version 2>/dev/null | grep -q 'GNU tar'; then
@@ -227,11 +261,6 @@ if tar --version 2>/dev/null | grep -q 'GNU tar'; then
 fi
 tar -C "$stage" "${tar_flags[@]}" -cf - "$name" | gzip -n -6 >"$tarball.tmp"
 mv -f "$tarball.tmp" "$tarball"
-(
-  cd "$out"
-  if command -v sha256sum >/dev/null; then sum=(sha256sum); else sum=(shasum -a 256); fi
-  "${sum[@]}" sys1rust-*.tar.gz >SHA256SUMS.tmp
-  mv -f SHA256SUMS.tmp SHA256SUMS
-)
+write_sums
 cp "$repo/install.sh" "$out/install.sh"
 echo "$tarball"

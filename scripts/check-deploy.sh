@@ -11,12 +11,17 @@
 #      readiness probes /ready and liveness /health on serve's port, terminationGracePeriod
 #      covers preStop + drain delay + shutdown grace, an init container pulls into the volume
 #      serve reads HF_HOME from (serve itself offline), CPU and memory resources, a GPU limit
-#      exactly on the cuda13 image, Service/PDB selectors and HPA targets that exist, and HPA
-#      metrics that crates/sys1rust/src/http/metrics.rs exports;
+#      exactly on the cuda13 image, Service/PDB selectors and HPA targets that exist, HPA
+#      metrics that crates/sys1rust/src/http/metrics.rs exports, no `replicas` on a Deployment
+#      an HPA scales (apply would reset the count), and GPU rollouts that need no spare GPU
+#      (maxSurge 0);
 #   3. packaging/container/Containerfile.*: hadolint, then the image's own rules (a numeric
 #      non-root USER, a HEALTHCHECK, exec-form ENTRYPOINT, no `latest` base, the port serve
 #      listens on by default);
-#   4. the shell scripts with shellcheck, when it is installed.
+#   4. install.sh, under dash, against stand-in releases and service managers
+#      (packaging/test-install.sh: no network, nothing installed);
+#   5. the shell scripts with shellcheck, when it is installed (install.sh as POSIX sh, and
+#      `dash -n` where dash is).
 # The tools come from PyPI, pinned, into a venv under target/ (git-ignored); nothing else is
 # fetched. Exits non-zero on the first failing group, after printing every finding in it.
 #
@@ -293,7 +298,8 @@ cli = open("crates/sys1rust/src/cli.rs").read()
 known_env = set(re.findall(r'env = "([A-Z0-9_]+)"', cli)) | {"OPENBLAS_NUM_THREADS"}  # OpenBLAS's own
 for p in glob.glob("crates/*/src/**/*.rs", recursive=True):
     with open(p) as f:
-        known_env |= set(re.findall(r'\bvar(?:_os)?\("([A-Z0-9_]+)"\)', f.read()))
+        # std::env::var("X"), or a lookup closure over it (laya-hub's `set("HF_HOME")`).
+        known_env |= set(re.findall(r'\b[a-z_]+\("([A-Z][A-Z0-9_]+)"\)', f.read()))
 with open("crates/sys1rust/src/http/metrics.rs") as f:
     exported = set(re.findall(r'"(sys1_[a-z0-9_]+)"', f.read()))
 
@@ -360,6 +366,7 @@ else:
 hpas, targets = [], set()
 for where, docs in together + ([(f, load(f)) for f in files] if rendered else []):
     hpas += [(where, d) for d in docs if d and d.get("kind") == "HorizontalPodAutoscaler"]
+scaled = {h["spec"]["scaleTargetRef"]["name"] for _, h in hpas if h["spec"]["scaleTargetRef"].get("kind") == "Deployment"}
 for where, docs in together:
     cms = configmaps(where, docs)
     deployments = {d["metadata"]["name"]: d for d in docs if d and d.get("kind") == "Deployment"}
@@ -371,6 +378,10 @@ for where, docs in together:
         label = f"{where}: {name}"
         if not matches(d["spec"]["selector"].get("matchLabels"), labels):
             fail(f"{label}: the selector does not match the pod template's labels")
+        # An HPA here (or an example one) scales it: a count in the manifest would be written
+        # back by every `kubectl apply`, scaling a scaled-out Deployment back in.
+        if "replicas" in d["spec"] and name in scaled:
+            fail(f"{label}: sets replicas ({d['spec']['replicas']}), which an HPA scales: every kubectl apply resets the count (the HPA's minReplicas is the floor)")
         for c in spec.get("initContainers", []) + spec.get("containers", []):
             for var in environment(c, cms):
                 if var not in known_env:
@@ -408,6 +419,14 @@ for where, docs in together:
         gpu = "nvidia.com/gpu" in (res.get("limits") or {})
         if rendered and srv["image"].endswith("-cuda13") != gpu:
             fail(f"{label}: image {srv['image']} with{'' if gpu else 'out'} an nvidia.com/gpu limit")
+        strategy = d["spec"].get("strategy") or {}
+        if strategy.get("type", "RollingUpdate") == "RollingUpdate":
+            ru = strategy.get("rollingUpdate") or {}
+            surge, unavailable = str(ru.get("maxSurge", "25%")), str(ru.get("maxUnavailable", "25%"))
+            if gpu and surge not in ("0", "0%"):
+                fail(f"{label}: one GPU per pod with maxSurge {surge}: a rollout waits for a spare GPU, forever on a cluster without one (maxSurge 0, maxUnavailable 1)")
+            if surge in ("0", "0%") and unavailable in ("0", "0%"):
+                fail(f"{label}: maxSurge and maxUnavailable are both 0, which the API server refuses")
         if env.get("HF_HUB_OFFLINE") not in ("1", "true", "TRUE", "ON", "YES"):
             fail(f"{label}: serve may download on its own (HF_HUB_OFFLINE is not set; the init container pulls)")
         if len(pulls) != 1:
@@ -447,6 +466,9 @@ for where, h in hpas:
 from dockerfile_parse import DockerfileParser
 
 print(f"containerfiles: image rules (serve's default port {port})")
+m = re.search(r'pub struct HealthArgs \{.*?\n\}', cli, re.S)
+# Without --url, `sys1rust health` asks the port serve binds: LAYA_PORT's, else the default.
+health_follows_port = bool(m and 'env = "LAYA_PORT"' in m.group(0))
 for path in sorted(glob.glob("packaging/container/Containerfile.*")):
     mark = len(failures)
     with open(path, "rb") as f:
@@ -474,8 +496,10 @@ for path in sorted(glob.glob("packaging/container/Containerfile.*")):
     health = final("HEALTHCHECK")
     if not health or health[-1].strip().upper() == "NONE":
         fail(f"{path}: no HEALTHCHECK")
-    elif f":{port}/" not in health[-1]:
+    elif "--url" in health[-1] and f":{port}/" not in health[-1]:
         fail(f"{path}: the HEALTHCHECK does not probe port {port}")
+    elif "--url" not in health[-1] and not health_follows_port:
+        fail(f"{path}: the HEALTHCHECK asks `sys1rust health`'s default URL, which does not follow LAYA_PORT")
     if port not in " ".join(final("EXPOSE")).split():
         fail(f"{path}: EXPOSE does not name port {port}")
     entry = final("ENTRYPOINT")
@@ -501,13 +525,24 @@ else
   echo "containerfiles: SKIPPED hadolint (not installable on this platform)"
 fi
 
+packaging/test-install.sh
+
 if command -v shellcheck >/dev/null; then
   echo "scripts: $(shellcheck --version | sed -n 's/^version: /shellcheck /p')"
-  for f in packaging/container/build-image.sh packaging/container/test-image.sh scripts/check-deploy.sh; do
+  for f in packaging/container/build-image.sh packaging/container/test-image.sh scripts/check-deploy.sh \
+    packaging/build-bundle.sh packaging/test-install.sh; do
     shellcheck "$f"
     echo "  ok   $f"
   done
+  shellcheck -s sh install.sh
+  echo "  ok   install.sh (POSIX sh)"
 else
   echo "scripts: SKIPPED shellcheck (not installed)"
+fi
+if command -v dash >/dev/null; then
+  dash -n install.sh
+  echo "  ok   install.sh (dash -n)"
+else
+  echo "scripts: SKIPPED dash -n install.sh (dash not installed)"
 fi
 echo "check-deploy: all checks passed"

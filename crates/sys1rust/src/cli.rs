@@ -121,9 +121,13 @@ pub struct CompletionsArgs {
 /// `sys1rust health`.
 #[derive(Args, Debug)]
 pub struct HealthArgs {
-    /// The URL to ask (plain http).
-    #[arg(long, default_value = "http://127.0.0.1:8000/health")]
-    pub url: String,
+    /// The URL to ask (plain http); without it, `/health` on 127.0.0.1 at the port `serve`
+    /// binds without `--port`: `LAYA_PORT`, else 8000.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Upstream's `LAYA_PORT`, read as `serve` reads it.
+    #[arg(long, env = "LAYA_PORT", hide = true)]
+    pub laya_port: Option<String>,
     /// Seconds to wait for the answer.
     #[arg(long, default_value_t = 5.0)]
     pub timeout: f64,

@@ -453,6 +453,30 @@ fn version_and_health_probe() {
     assert_eq!(drained.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&drained.stderr).contains("503"));
     assert!(probe("/health").status.success());
+    // Without --url the probe asks the port serve binds without --port: LAYA_PORT's, as a
+    // container's health check does.
+    let by_env = |value: &str| {
+        Command::new(bin)
+            .arg("health")
+            .env("LAYA_PORT", value)
+            .output()
+            .expect("runs")
+    };
+    let ok = by_env(&s.addr.port().to_string());
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).starts_with(r#"{"status":"ok""#));
+    let bad = by_env("0");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("invalid LAYA_PORT '0': must be an integer 1-65535"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }
 
 /// Upstream's `LAYA_PORT` (api.md §12.1): a value that is not a port in 1-65535 stops

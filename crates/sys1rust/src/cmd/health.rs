@@ -101,9 +101,18 @@ fn status_of(line: &str) -> &str {
 }
 
 pub fn run(args: &HealthArgs) -> anyhow::Result<()> {
-    let (status_line, body) = get(&args.url, "", args.timeout)?;
+    let url = match &args.url {
+        Some(url) => url.clone(),
+        // A container's health check then follows the port its server was given.
+        None => {
+            let port = laya_core::request::laya_port(args.laya_port.as_deref())
+                .map_err(anyhow::Error::msg)?;
+            format!("http://127.0.0.1:{port}/health")
+        }
+    };
+    let (status_line, body) = get(&url, "", args.timeout)?;
     if status_of(&status_line) != "200" {
-        bail!("{} answered {status_line:?}: {body}", args.url);
+        bail!("{url} answered {status_line:?}: {body}");
     }
     println!("{body}");
     Ok(())
