@@ -1,5 +1,5 @@
 //! `--int8` against f32 on one checkpoint: decides every request of the given workloads with
-//! f32 and both int8 activation modes and prints how many picks agree and the largest probability difference
+//! f32 and each int8 activation mode and prints how many picks agree and the largest probability difference
 //! (`laya_fixtures::Agreement`), with the time each engine took.
 //!
 //! ```text
@@ -47,7 +47,7 @@ fn main() -> Result<(), BoxError> {
     };
     let mut f32 = load(None)?;
     let mut modes = Vec::new();
-    for acts in [Activations::Int8, Activations::Split] {
+    for acts in [Activations::Int8, Activations::Mixed, Activations::Split] {
         modes.push((
             Int8::detect(acts),
             load(Some(Int8::detect(acts)))?,

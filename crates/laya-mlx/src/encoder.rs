@@ -17,6 +17,7 @@ use crate::attention::{
 use crate::error::LoadError;
 use crate::host::{add_assign, Buffers, HostNorm};
 use crate::host_attention::{self, RopeTables};
+use crate::int8::Role;
 use crate::layers::{gelu_erf, HostLinear, LayerNorm, Linear};
 use crate::settings::{Kernels, SlidingAttention};
 use crate::weights::TensorStore;
@@ -135,14 +136,16 @@ impl Encoder {
         };
         // `int8` for this layer: every linear layer but the feed-forward output (see
         // `EngineSettings::int8`).
-        let linear =
-            |store: &mut TensorStore, name: &str, int8: bool| -> Result<Linear, LoadError> {
-                let w = store.take(name)?;
-                Linear::for_model(&w, None, kernels, int8).map_err(|source| LoadError::Mlx {
-                    context: format!("preparing {name}"),
-                    source,
-                })
-            };
+        let linear = |store: &mut TensorStore,
+                      name: &str,
+                      int8: Option<Role>|
+         -> Result<Linear, LoadError> {
+            let w = store.take(name)?;
+            Linear::for_model(&w, None, kernels, int8).map_err(|source| LoadError::Mlx {
+                context: format!("preparing {name}"),
+                source,
+            })
+        };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for (l, &kind) in cfg.layer_kinds.iter().enumerate() {
             let p = format!("encoder.layers.{l}");
@@ -158,11 +161,20 @@ impl Encoder {
             );
             layers.push(EncoderLayer {
                 attn_norm,
-                wqkv: linear(store, &format!("{p}.attn.Wqkv.weight"), true)?,
-                wo: linear(store, &format!("{p}.attn.Wo.weight"), true)?,
+                wqkv: linear(store, &format!("{p}.attn.Wqkv.weight"), Some(Role::Qkv))?,
+                wo: linear(
+                    store,
+                    &format!("{p}.attn.Wo.weight"),
+                    Some(Role::AttentionOut),
+                )?,
                 mlp_norm,
-                wi: linear(store, &format!("{p}.mlp.Wi.weight"), true)?.for_geglu(),
-                mlp_wo: linear(store, &format!("{p}.mlp.Wo.weight"), false)?,
+                wi: linear(
+                    store,
+                    &format!("{p}.mlp.Wi.weight"),
+                    Some(Role::FeedForwardIn),
+                )?
+                .for_geglu(),
+                mlp_wo: linear(store, &format!("{p}.mlp.Wo.weight"), None)?,
                 host_norms,
                 kind,
                 rope_theta: cfg.rope_theta(kind),

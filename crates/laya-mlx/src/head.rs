@@ -47,7 +47,7 @@ fn head_linear(
 
 /// [`head_linear`] for weights already taken from the store.
 fn head_weights(w: &Array, b: Array, kernels: Kernels) -> Result<Linear, Exception> {
-    Linear::for_model(w, Some(b), kernels, false)
+    Linear::for_model(w, Some(b), kernels, None)
 }
 
 fn layer_norm(store: &mut TensorStore, prefix: &str) -> Result<LayerNorm, LoadError> {
@@ -447,7 +447,7 @@ impl Scorer {
         let linear = |store: &mut TensorStore, prefix: &str| -> Result<Linear, LoadError> {
             let w = store.take(&format!("{prefix}.weight"))?;
             let b = store.take(&format!("{prefix}.bias"))?;
-            Linear::for_model(&w, Some(b), f32_kernels, false).map_err(mlx(prefix))
+            Linear::for_model(&w, Some(b), f32_kernels, None).map_err(mlx(prefix))
         };
         let l1 = linear(store, "scorer.1")?;
         let l3 = linear(store, "scorer.3")?;

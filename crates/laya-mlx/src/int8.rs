@@ -60,10 +60,11 @@ impl Int8 {
         }
     }
 
-    /// The precision the engine reports: `int8`, or `int8-split`.
+    /// The precision the engine reports: `int8`, `int8-mixed` or `int8-split`.
     pub fn precision(self) -> &'static str {
         match self.activations {
             Activations::Int8 => "int8",
+            Activations::Mixed => "int8-mixed",
             Activations::Split => "int8-split",
         }
     }
@@ -370,9 +371,37 @@ pub enum Activations {
     /// int8 on its own scale (about 15 bits in all). Two integer GEMMs; the activations'
     /// rounding then costs about nothing, and the weights' int8 is what is left.
     Split,
+    /// [`Activations::Split`] for the layers whose activations' rounding moves answers (the
+    /// attention output `attn.Wo` and the feed-forward input `Wi`), one plane for `Wqkv`,
+    /// whose rounding moved no pick (results/CPU.md): `Split`'s answers on the fixtures for
+    /// about two thirds of its extra integer work. As a layer's setting it means `Split`.
+    Mixed,
 }
 
-/// The quantized activations of one GEMM: one plane, or two for [`Activations::Split`].
+/// Which of an encoder block's int8 layers a GEMM is: what [`Activations::Mixed`] decides by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The fused query, key and value projection (`attn.Wqkv`).
+    Qkv,
+    /// The attention output projection (`attn.Wo`).
+    AttentionOut,
+    /// The feed-forward input projection (`mlp.Wi`).
+    FeedForwardIn,
+}
+
+impl Activations {
+    /// What the activations of a layer in `role` get under this setting.
+    pub fn for_role(self, role: Role) -> Activations {
+        match (self, role) {
+            (Activations::Mixed, Role::Qkv) => Activations::Int8,
+            (Activations::Mixed, _) => Activations::Split,
+            (activations, _) => activations,
+        }
+    }
+}
+
+/// The quantized activations of one GEMM: one plane, or two for [`Activations::Split`] (and
+/// [`Activations::Mixed`], when a layer is handed it unresolved).
 fn planes(
     x: &[f32],
     rows: usize,

@@ -6,7 +6,7 @@ use mlx_rs::error::Exception;
 use mlx_rs::{fast, ops, Array, Dtype};
 
 use crate::f32_linear::F32Linear;
-use crate::int8::{Activations, Int8Linear, Kernel};
+use crate::int8::{Activations, Int8Linear, Kernel, Role};
 use crate::settings::Kernels;
 
 /// `torch.nn.Linear`: `y = x · Wᵀ (+ b)`, on MLX or on the host ([`HostLinear`]).
@@ -66,23 +66,23 @@ impl Linear {
     }
 
     /// A linear layer of the encoder or the decision head, as `kernels` say: in int8 on the
-    /// host when `int8` allows it and `--int8` is on, in f32 on the host when the host has
-    /// an f32 kernel ([`Kernels::host_gemm`]), otherwise [`Linear::new`].
+    /// host when the layer has an int8 `role` and `--int8` is on, in f32 on the host when
+    /// the host has an f32 kernel ([`Kernels::host_gemm`]), otherwise [`Linear::new`].
     pub fn for_model(
         weight: &Array,
         bias: Option<Array>,
         kernels: Kernels,
-        int8: bool,
+        role: Option<Role>,
     ) -> Result<Self, Exception> {
         let shape = weight.shape();
         let [out, k] = [shape[0] as usize, shape[1] as usize];
-        if let Some(int8) = kernels.int8.filter(|_| int8) {
+        if let (Some(int8), Some(role)) = (kernels.int8, role) {
             let w = host_values(weight)?;
             let bias = bias.map(|b| host_values(&b)).transpose()?;
             return Ok(Linear::Host(HostLinear::Int8(Quantized {
                 layer: Int8Linear::new(&w, out, k, bias),
                 kernel: int8.kernel,
-                activations: int8.activations,
+                activations: int8.activations.for_role(role),
             })));
         }
         match kernels.host_gemm {

@@ -32,7 +32,7 @@ fn batch_mates_do_not_change_answers_on_the_host() {
             (format!("f32 {}", k.name()), settings)
         })
         .collect();
-    for activations in [Activations::Int8, Activations::Split] {
+    for activations in [Activations::Int8, Activations::Mixed, Activations::Split] {
         let settings = EngineSettings {
             precision: Some(Precision::F32),
             int8: Some(Int8::detect(activations)),

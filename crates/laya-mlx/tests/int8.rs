@@ -166,6 +166,7 @@ fn int8_answers_agree_with_f32() {
     // (mode, least agreement, widest margin a flip may have, largest probability difference)
     let bounds = [
         (Activations::Int8, 0.935, 0.08, 0.09),
+        (Activations::Mixed, 0.985, 0.01, 0.02),
         (Activations::Split, 0.985, 0.01, 0.02),
     ];
     for (acts, rate, margin, diff) in bounds {

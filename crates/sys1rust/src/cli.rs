@@ -170,7 +170,8 @@ pub struct EngineArgs {
     pub int8: bool,
     /// With --int8: activations rounded once to int8 (int8, the fast one), or twice, the
     /// second time what the first left (split: two integer GEMMs, about weight-only int8's
-    /// answers, slower).
+    /// answers, slower), or twice only where the rounding moves answers (mixed: the attention
+    /// output and feed-forward input layers; split's answers on the fixtures, less work).
     #[arg(long, value_enum, default_value_t = Int8Activations::Int8, env = "SYS1_INT8_ACTIVATIONS", requires = "int8")]
     pub int8_activations: Int8Activations,
     /// MLX engine on the CPU in f32: the linear layers on sys1rust's own GEMM kernels, on
@@ -270,6 +271,7 @@ pub enum Sliding {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Int8Activations {
     Int8,
+    Mixed,
     Split,
 }
 

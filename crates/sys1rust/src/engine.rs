@@ -40,6 +40,7 @@ impl EngineArgs {
             int8: self.int8.then(|| {
                 laya_mlx::int8::Int8::detect(match self.int8_activations {
                     Int8Activations::Int8 => laya_mlx::int8::Activations::Int8,
+                    Int8Activations::Mixed => laya_mlx::int8::Activations::Mixed,
                     Int8Activations::Split => laya_mlx::int8::Activations::Split,
                 })
             }),
@@ -200,8 +201,11 @@ impl EngineArgs {
             engine: "mlx",
             device: device.into(),
             precision: match (self.int8, f32) {
-                (true, _) if self.int8_activations == Int8Activations::Split => "int8-split",
-                (true, _) => "int8",
+                (true, _) => match self.int8_activations {
+                    Int8Activations::Int8 => "int8",
+                    Int8Activations::Mixed => "int8-mixed",
+                    Int8Activations::Split => "int8-split",
+                },
                 (false, true) => "f32",
                 (false, false) => "f16",
             },

@@ -636,6 +636,11 @@ fn int8_is_said_wherever_the_server_describes_itself() {
             vec![],
             "int8-split",
         ),
+        (
+            vec!["--int8"],
+            vec![("SYS1_INT8_ACTIVATIONS", "mixed")],
+            "int8-mixed",
+        ),
     ] {
         let s = Server::process_tiny(&args, &env);
         let ready: serde_json::Value = serde_json::from_str(&s.ready).expect("ready line");
