@@ -5,8 +5,13 @@
 //! batch-invariant and every worker runs the same kernels).
 //!
 //! A worker whose thread has stopped (it died), or whose engines failed to load, is skipped
-//! from then on; a request it refused, queued before the failure or sent after it, goes to
-//! the next one. One worker is the plain case: the pool is then exactly that worker.
+//! from then on (known as soon as it happens, not only when a request finds it); a request
+//! it refused, queued before the failure or sent after it, goes to the next one. One worker
+//! is the plain case: the pool is then exactly that worker.
+//!
+//! A decision counts in its worker's load from the moment it is sent there until the worker
+//! is done with it: a client that leaves (or a `--request-timeout` that answers 504) does
+//! not make a worker still running its decision look free.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,11 +37,12 @@ pub struct WorkerView {
     pub index: usize,
     /// The GPU it runs on.
     pub ordinal: usize,
-    /// Decisions sent to it and not answered yet.
+    /// Decisions sent to it that it is not done with yet (answered, or dropped unrun), their
+    /// clients gone or not.
     pub in_flight: usize,
     /// Decisions it answered.
     pub answered: u64,
-    /// False once its thread was found stopped.
+    /// False once its engines failed to load or its thread stopped.
     pub alive: bool,
 }
 
@@ -48,7 +54,8 @@ pub struct Pool {
     turn: Arc<AtomicUsize>,
 }
 
-/// Counts a decision in its worker's load while it is in flight.
+/// Counts a decision in its worker's load while it is in flight: held by the request while
+/// it is prepared, then by its queued job until the worker is done with it.
 struct InFlight {
     members: Arc<Vec<Member>>,
     index: usize,
@@ -91,6 +98,25 @@ impl Pool {
         self.members.is_empty()
     }
 
+    /// Whether a member can take decisions: its thread runs and its engines did not fail to
+    /// load (as the worker says), and no request found it stopped.
+    fn live(m: &Member) -> bool {
+        m.alive.load(Ordering::SeqCst) && m.handle.is_running()
+    }
+
+    /// Whether any worker can still answer (`/ready`).
+    pub fn any_alive(&self) -> bool {
+        self.members.iter().any(Pool::live)
+    }
+
+    /// Upstream's `_mark_request()`, on an admitted request: restarts every worker's idle
+    /// clock (upstream has one; which worker will run the request is not known yet).
+    pub fn mark_request(&self) {
+        for m in self.members.iter() {
+            m.handle.mark_request();
+        }
+    }
+
     /// The live worker with the fewest decisions in flight (of equals, the next in turn),
     /// counted in from now on.
     fn pick(&self) -> Option<InFlight> {
@@ -98,7 +124,7 @@ impl Pool {
         let start = self.turn.fetch_add(1, Ordering::SeqCst) % n.max(1);
         let index = (0..n)
             .map(|k| (start + k) % n)
-            .filter(|&i| self.members[i].alive.load(Ordering::SeqCst))
+            .filter(|&i| Pool::live(&self.members[i]))
             .min_by_key(|&i| self.members[i].in_flight.load(Ordering::SeqCst))?;
         self.members[index].in_flight.fetch_add(1, Ordering::SeqCst);
         Some(InFlight {
@@ -119,10 +145,13 @@ impl Pool {
             let Some(slot) = self.pick() else {
                 return Err(WorkerError::Stopped);
             };
-            let member = &self.members[slot.index];
+            let index = slot.index;
+            let member = &self.members[index];
             // Prepared for this worker's checkpoints: one given back is prepared again.
             let (prepped, ticket) = member.handle.prepare(job.0, job.1).await?;
-            let refused = match member.handle.enqueue(prepped, ticket) {
+            // The count goes with the job: it lasts as long as the worker has the job, not
+            // as long as this future, which a client that leaves drops.
+            let refused = match member.handle.enqueue(prepped, ticket, Box::new(slot)) {
                 Ok(reply) => match reply.await {
                     Ok(Outcome::Done(outcome)) => {
                         if outcome.is_ok() {
@@ -140,7 +169,7 @@ impl Pool {
             };
             // Its thread has stopped, or its engines failed to load.
             tracing::warn!(
-                worker = slot.index,
+                worker = index,
                 gpu = member.ordinal,
                 "engine worker not running; sending its requests to the others"
             );
@@ -187,7 +216,7 @@ impl Pool {
                 ordinal: m.ordinal,
                 in_flight: m.in_flight.load(Ordering::SeqCst),
                 answered: m.answered.load(Ordering::SeqCst),
-                alive: m.alive.load(Ordering::SeqCst),
+                alive: Pool::live(m),
             })
             .collect()
     }

@@ -19,6 +19,7 @@
 //! forward passes, and the preparation of the next requests overlaps the current pass.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,10 @@ struct Job {
     /// The request's admission slot: held until its decision is done, even when the client
     /// has gone, as upstream's handler holds it.
     _ticket: Box<dyn Send>,
+    /// What counts the job in its worker's load (the pool's in-flight count): dropped when
+    /// the worker answers the job or drops it, not when its client goes, and when the job
+    /// comes back unrun.
+    _load: Box<dyn Send>,
     reply: oneshot::Sender<Outcome>,
 }
 
@@ -79,6 +84,7 @@ pub(crate) enum Outcome {
 struct Waiting {
     reply: oneshot::Sender<Outcome>,
     ticket: Box<dyn Send>,
+    load: Box<dyn Send>,
     prepare_ms: f64,
 }
 
@@ -86,8 +92,9 @@ impl Waiting {
     fn send(self, outcome: Result<Answer, WorkerError>) {
         // The slot is freed before the answer leaves, as upstream's handler leaves its
         // semaphore before responding: a client that sends its next request on reading
-        // this answer must find the slot free.
+        // this answer must find the slot free, and this worker no longer busy with it.
         drop(self.ticket);
+        drop(self.load);
         // The client may have gone; its answer is discarded like upstream's.
         let _ = self.reply.send(Outcome::Done(outcome));
     }
@@ -120,7 +127,9 @@ impl<F: laya_core::engine::Forward> Owned for laya_core::checkpoints::Router<F> 
 /// What the worker publishes after each decision.
 struct Published {
     resident: Vec<Resident>,
-    /// When the last decision finished (upstream marks it after every inference).
+    /// Upstream's `last_request`: when the worker's checkpoints finished loading, the last
+    /// decision finished (upstream marks it after every inference) or the last request was
+    /// admitted ([`WorkerHandle::mark_request`]), whichever came last. The idle clock.
     last_request: Instant,
     /// Jobs dropped before they ran because their client had gone (or timed out).
     cancelled: u64,
@@ -169,15 +178,49 @@ pub(crate) type Reply = oneshot::Receiver<Outcome>;
 /// with its admission ticket.
 pub(crate) type Unsent = (Decision, Box<dyn Send>);
 
+/// Where the worker thread is in its life ([`WorkerHandle::is_running`]).
+const LOADING: u8 = 0;
+const RUNNING: u8 = 1;
+/// Its engines failed to load: it only gives back what is queued on it.
+const FAILED: u8 = 2;
+/// Its thread has ended (it panicked, or every handle is gone).
+const STOPPED: u8 = 3;
+
+/// Marks the worker stopped when its thread ends, however it ends (a panic included).
+struct Exit(Arc<AtomicU8>);
+
+impl Drop for Exit {
+    fn drop(&mut self) {
+        self.0.store(STOPPED, Ordering::SeqCst);
+    }
+}
+
 /// The sending side of the worker's queue, and what it publishes.
 #[derive(Clone)]
 pub struct WorkerHandle {
     tx: mpsc::Sender<Job>,
     published: Arc<Mutex<Published>>,
     settings: Arc<Settings>,
+    life: Arc<AtomicU8>,
 }
 
 impl WorkerHandle {
+    /// Whether the worker can still answer: loading or loaded, not failed to load and its
+    /// thread not ended.
+    pub fn is_running(&self) -> bool {
+        matches!(self.life.load(Ordering::SeqCst), LOADING | RUNNING)
+    }
+
+    /// Upstream's `_mark_request()` on a request's arrival: restarts the idle clock, so that
+    /// an idle unload waits for the request (the worker checks the clock again right before
+    /// it unloads) and `/health`'s `idle_seconds` counts from it.
+    pub fn mark_request(&self) {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_request = Instant::now();
+    }
+
     /// The resident checkpoints after the last finished decision, least recently used first.
     pub fn resident(&self) -> Vec<Resident> {
         self.published
@@ -195,7 +238,9 @@ impl WorkerHandle {
             .cancelled
     }
 
-    /// How long ago the last decision finished (or the worker started).
+    /// How long ago the idle clock last restarted: the last decision finished, the last
+    /// request arrived, or the checkpoints finished loading (the time since the worker
+    /// started while they load).
     pub fn idle_for(&self) -> Duration {
         self.published
             .lock()
@@ -248,10 +293,13 @@ impl WorkerHandle {
     }
 
     /// Queues a decision; gives it back, with its ticket, when the worker thread is gone.
+    /// `load` goes with the job, for as long as the worker has it: dropped once the worker
+    /// answers it or drops it unrun, or at once when the job comes back.
     pub(crate) fn enqueue(
         &self,
         prepped: Prepped,
         ticket: Box<dyn Send>,
+        load: Box<dyn Send>,
     ) -> Result<Reply, Box<Unsent>> {
         let (reply, rx) = oneshot::channel();
         let job = Job {
@@ -260,6 +308,7 @@ impl WorkerHandle {
             prepare_ms: prepped.prepare_ms,
             span: tracing::Span::current(),
             _ticket: ticket,
+            _load: load,
             reply,
         };
         // The channel refuses only once the worker has stopped.
@@ -275,7 +324,8 @@ impl WorkerHandle {
 pub struct WorkerConfig {
     pub settings: Settings,
     /// Upstream's `LAYA_IDLE_UNLOAD_SECONDS`: everything resident is unloaded once no
-    /// decision has finished for that long.
+    /// decision has finished, and no request arrived, for that long since the checkpoints
+    /// were loaded.
     pub idle_unload: Option<Duration>,
 }
 
@@ -312,9 +362,12 @@ where
     }));
     let shared_settings = Arc::new(settings.clone());
     let shared = published.clone();
+    let life = Arc::new(AtomicU8::new(LOADING));
+    let exit = Exit(life.clone());
     let thread = std::thread::Builder::new()
         .name("sys1-engine".into())
         .spawn(move || {
+            let exit = exit;
             let mut checkpoints = match build() {
                 Ok((mut checkpoints, started)) => {
                     publish(&shared, &checkpoints, false);
@@ -323,10 +376,17 @@ where
                         let layouts = Layouts::of(&mut checkpoints, names);
                         publish_layouts(&shared, layouts);
                     }
+                    // The idle clock starts once the checkpoints are loaded and warmed, as
+                    // upstream's starts after its preload: a load longer than the idle
+                    // timeout must not unload them the moment it ends.
+                    publish(&shared, &checkpoints, true);
+                    exit.0.store(RUNNING, Ordering::SeqCst);
                     let _ = ready_tx.send(Ok(started));
                     checkpoints
                 }
                 Err(e) => {
+                    // Known at once, before any request is sent to it.
+                    exit.0.store(FAILED, Ordering::SeqCst);
                     let _ = ready_tx.send(Err(e));
                     // Requests wait for the load in this queue, and more may come before the
                     // pool learns of the failure: each goes back, unrun, to be sent to
@@ -385,6 +445,7 @@ where
                     waiting.push(Some(Waiting {
                         reply: job.reply,
                         ticket: job._ticket,
+                        load: job._load,
                         prepare_ms: job.prepare_ms,
                     }));
                 }
@@ -464,6 +525,7 @@ where
             tx,
             published,
             settings: shared_settings,
+            life,
         },
         ready_rx,
         thread,
@@ -471,8 +533,8 @@ where
 }
 
 /// The next job off the channel, however long it takes to come. With `idle_unload`,
-/// everything resident is unloaded once no decision has finished for that long, and the wait
-/// goes on. `None`: the channel has closed.
+/// everything resident is unloaded once the idle clock ([`Published::last_request`]) has run
+/// that long, and the wait goes on. `None`: the channel has closed.
 fn receive<C: Owned>(
     rx: &mpsc::Receiver<Job>,
     idle_unload: Option<Duration>,
@@ -482,26 +544,32 @@ fn receive<C: Owned>(
     let Some(idle) = idle_unload else {
         return rx.recv().ok();
     };
-    let since = shared
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .last_request
-        .elapsed();
-    match rx.recv_timeout(idle.saturating_sub(since)) {
-        Ok(job) => Some(job),
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            if !checkpoints.resident().is_empty() {
-                checkpoints.unload_all();
-                tracing::info!(
-                    idle_s = idle.as_secs_f64(),
-                    "idle: unloaded the resident checkpoints"
-                );
-                publish(shared, checkpoints, false);
+    loop {
+        // Read again after every wait, as upstream's worker reads it right before it
+        // unloads: a request that arrived meanwhile (marked, not yet queued: its body is
+        // still coming, or it is being validated) restarts the wait instead.
+        let since = shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_request
+            .elapsed();
+        if since < idle {
+            match rx.recv_timeout(idle - since) {
+                Ok(job) => return Some(job),
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
             }
-            // Wait for the next request before counting idleness again.
-            rx.recv().ok()
         }
-        Err(mpsc::RecvTimeoutError::Disconnected) => None,
+        if !checkpoints.resident().is_empty() {
+            checkpoints.unload_all();
+            tracing::info!(
+                idle_s = since.as_secs_f64(),
+                "idle: unloaded the resident checkpoints"
+            );
+            publish(shared, checkpoints, false);
+        }
+        // Wait for the next request before counting idleness again.
+        return rx.recv().ok();
     }
 }
 

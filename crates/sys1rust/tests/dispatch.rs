@@ -220,3 +220,95 @@ fn gpus_need_the_cuda_engine() {
         "{err}"
     );
 }
+
+/// A worker whose load failed is out of the pool at once (`alive` false,
+/// `sys1_worker_up` 0), not only once a request is sent to it; `/ready` stays 200 while
+/// another answers.
+#[test]
+fn a_worker_that_failed_to_load_is_down_before_any_request() {
+    let s = Server::in_process_pool(&[], &checkpoint("tiny"), &[0, 1], true, |dir, ordinal| {
+        anyhow::ensure!(ordinal == 1, "no such GPU");
+        Ok(Single::new(
+            Agent::load(dir, Recorded::for_checkpoint("tiny"))?,
+            None,
+        ))
+    });
+    assert_eq!(gpus(&s), [(0, 0, 0, false), (1, 0, 0, true)]);
+    let metrics = s.send("GET", "/metrics", &[], None).text();
+    assert!(
+        metrics.contains("sys1_worker_up{worker=\"0\",gpu=\"0\"} 0"),
+        "{metrics}"
+    );
+    assert_eq!(s.send("GET", "/ready", &[], None).status, 200);
+}
+
+/// When every worker failed to load, `/ready` says why rather than loading forever.
+#[test]
+fn ready_says_when_no_worker_loaded() {
+    let s = Server::in_process_pool(
+        &[],
+        &checkpoint("tiny"),
+        &[0, 1],
+        false,
+        |_, _| -> anyhow::Result<Single<Recorded>> { anyhow::bail!("no such GPU") },
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let ready = s.send("GET", "/ready", &[], None);
+        assert_eq!(ready.status, 503);
+        if ready.text() == r#"{"status":"worker stopped"}"# {
+            break;
+        }
+        assert_eq!(ready.text(), r#"{"status":"loading"}"#);
+        assert!(std::time::Instant::now() < deadline, "still loading");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A request whose client is answered 504 (`--request-timeout`) while its worker still runs
+/// it keeps counting in that worker's load until the worker is done: the next requests go to
+/// the free worker, not to the busy one.
+#[test]
+fn a_decision_counts_on_its_worker_until_the_worker_is_done_with_it() {
+    let (slow, quick) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    quick.open();
+    let gates = [slow.clone(), quick.clone()];
+    let s = Server::in_process_pool(
+        &["--request-timeout", "0.5"],
+        &checkpoint("tiny"),
+        &[0, 1],
+        true,
+        move |dir, ordinal| {
+            let engine = Gated {
+                inner: Recorded::for_checkpoint("tiny"),
+                gate: gates[ordinal].clone(),
+            };
+            Ok(Single::new(Agent::load(dir, engine)?, None))
+        },
+    );
+    let bodies = bodies();
+    // Both idle: the first worker takes it, and is still running it past its deadline.
+    let r = s.post_json("/v1/systemone", &bodies[0]);
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert_eq!(slow.calls(), 1);
+    assert_eq!(gpus(&s), [(0, 1, 0, true), (1, 0, 0, true)]);
+    let metrics = s.send("GET", "/metrics", &[], None).text();
+    assert!(
+        metrics.contains("sys1_worker_in_flight{worker=\"0\",gpu=\"0\"} 1"),
+        "{metrics}"
+    );
+    // The next ones go to the free worker.
+    for body in &bodies[1..3] {
+        let r = s.post_json("/v1/systemone", body);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(quick.calls(), 2);
+    assert_eq!(gpus(&s), [(0, 1, 0, true), (1, 0, 2, true)]);
+    // Once the worker is done with it, it counts no more.
+    slow.open();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while gpus(&s)[0].1 != 0 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", gpus(&s));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

@@ -283,6 +283,15 @@ fn a_queued_request_whose_client_left_never_runs() {
     assert_eq!(metric(&s, "sys1_cancelled_total"), 1);
     // This body's two questions go to the engine in one forward pass.
     assert_eq!(gate.calls(), 1, "only A reached the engine");
+    // Both are counted: A answered, B under the status of a client that left.
+    assert_eq!(
+        metric(&s, r#"sys1_requests_total{route="single",status="200"}"#),
+        1
+    );
+    assert_eq!(
+        metric(&s, r#"sys1_requests_total{route="single",status="499"}"#),
+        1
+    );
 }
 
 /// (5b) `--request-timeout` bounds the time from admission to answer, queue wait included:

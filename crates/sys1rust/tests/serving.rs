@@ -687,3 +687,271 @@ fn int8_is_said_wherever_the_server_describes_itself() {
         .expect("runs");
     assert!(!out.status.success(), "--int8 --f16 was taken");
 }
+
+/// The fixture checkpoint answering every name, unloadable as the router's checkpoints are:
+/// counts its idle unloads, and is resident again once a request needs it.
+struct Unloadable {
+    inner: laya_core::checkpoints::Single<laya_fixtures::Recorded>,
+    resident: bool,
+    unloads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl laya_core::checkpoints::Checkpoints for Unloadable {
+    type Forward = laya_fixtures::Recorded;
+
+    fn agent(
+        &mut self,
+        name: &laya_core::routing::Checkpoint,
+    ) -> Result<&mut laya_core::agent::Agent<Self::Forward>, laya_core::checkpoints::LoadError>
+    {
+        self.resident = true;
+        self.inner.agent(name)
+    }
+
+    fn resident(&self) -> Vec<laya_core::checkpoints::Resident> {
+        if self.resident {
+            self.inner.resident()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn agent_key(&self, name: &laya_core::routing::Checkpoint) -> Option<u64> {
+        self.inner.agent_key(name).filter(|_| self.resident)
+    }
+
+    fn peek(&mut self, key: u64) -> Option<&mut laya_core::agent::Agent<Self::Forward>> {
+        self.inner.peek(key)
+    }
+}
+
+impl sys1rust::worker::Owned for Unloadable {
+    fn unload_all(&mut self) {
+        self.resident = false;
+        self.unloads
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The tiny fixture in process with `LAYA_IDLE_UNLOAD_SECONDS=idle` and `extra` flags, its
+/// load taking `load`; once loaded, with its unload count.
+fn idle_unloading(
+    idle: f64,
+    load: Duration,
+    extra: &[&str],
+) -> (Server, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let unloads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = unloads.clone();
+    let s = Server::in_process_configured(
+        extra,
+        &checkpoint("tiny"),
+        &[0],
+        true,
+        |cfg| {
+            cfg.idle_unload = Some(Duration::from_secs_f64(idle));
+            cfg.http.idle_unload_seconds = Some(idle);
+        },
+        move |dir, _| {
+            std::thread::sleep(load);
+            let engine = laya_fixtures::Recorded::for_checkpoint("tiny");
+            Ok(Unloadable {
+                inner: laya_core::checkpoints::Single::new(
+                    laya_core::agent::Agent::load(dir, engine)?,
+                    None,
+                ),
+                resident: true,
+                unloads: counted.clone(),
+            })
+        },
+    );
+    (s, unloads)
+}
+
+/// `/health`'s `idle_seconds` and whether anything is loaded.
+fn idle_health(s: &Server, auth: &[(&str, &str)]) -> (f64, bool) {
+    let h = s.send("GET", "/health", auth, None);
+    let v: serde_json::Value = serde_json::from_slice(&h.body).expect("JSON");
+    let idle = v["idle_seconds"].as_f64().unwrap_or_else(|| panic!("{v}"));
+    let loaded = !v["loaded"].as_array().expect("loaded").is_empty();
+    (idle, loaded)
+}
+
+/// Waits (up to `limit`) for `n` idle unloads.
+fn wait_unloads(unloads: &std::sync::atomic::AtomicUsize, n: usize, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while unloads.load(std::sync::atomic::Ordering::SeqCst) < n {
+        assert!(Instant::now() < deadline, "no idle unload within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The idle clock starts when the checkpoints are loaded, as upstream's starts after its
+/// preload: a load longer than `LAYA_IDLE_UNLOAD_SECONDS` does not unload them as it ends.
+#[test]
+fn idle_unload_counts_from_the_end_of_the_load() {
+    let _serial = serial();
+    let (s, unloads) = idle_unloading(1.0, Duration::from_millis(1500), &[]);
+    let ready = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    let (idle, loaded) = idle_health(&s, &[]);
+    assert_eq!(
+        unloads.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "unloaded as the load ended"
+    );
+    assert!(loaded, "nothing loaded just after the load");
+    assert!(idle < 1.0, "idle_seconds {idle} counts the load");
+    wait_unloads(&unloads, 1, Duration::from_secs(5));
+    assert!(ready.elapsed() >= Duration::from_millis(900));
+    assert!(
+        !idle_health(&s, &[]).1,
+        "unloaded, yet /health lists checkpoints"
+    );
+    // The next request loads them again.
+    let r = post(&s, &[], BODY);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(idle_health(&s, &[]).1);
+}
+
+/// Upstream marks a request once it is admitted, before its body is read (`_mark_request()`):
+/// an admitted request restarts the idle clock even when it fails validation, and an unload
+/// waits for it; one refused at auth does not count.
+#[test]
+fn an_admitted_request_restarts_the_idle_clock() {
+    let _serial = serial();
+    let (s, unloads) = idle_unloading(2.0, Duration::ZERO, &["--api-key", "k"]);
+    let auth = [("authorization", "Bearer k")];
+    let ready = Instant::now();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(post(&s, &[], BODY).status, 401);
+    let (idle, _) = idle_health(&s, &auth);
+    assert!(
+        idle >= 0.9,
+        "a request refused at auth reset the clock ({idle})"
+    );
+    let marked = Instant::now();
+    let r = post(&s, &auth, "{\"questions\":");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let (idle, loaded) = idle_health(&s, &auth);
+    assert!(
+        idle <= 0.5,
+        "an admitted request left the clock running ({idle})"
+    );
+    assert!(loaded);
+    // Past when the worker would have unloaded without that request, not yet two seconds
+    // after it.
+    let unmarked = ready + Duration::from_millis(2400);
+    std::thread::sleep(unmarked.saturating_duration_since(Instant::now()));
+    assert!(
+        marked.elapsed() < Duration::from_millis(1900),
+        "too slow to tell"
+    );
+    assert_eq!(
+        unloads.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "unloaded under a request that had just arrived"
+    );
+    wait_unloads(&unloads, 1, Duration::from_secs(5));
+    assert!(marked.elapsed() >= Duration::from_millis(1900));
+}
+
+/// An engine that panics in its first forward pass, and checkpoints that then panic outside
+/// the worker's guard: the worker thread ends.
+struct Doomed {
+    inner: laya_core::checkpoints::Single<Panicking>,
+    dead: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct Panicking {
+    inner: laya_fixtures::Recorded,
+    dead: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl laya_core::engine::Forward for Panicking {
+    fn forward(
+        &mut self,
+        _rows: &[laya_core::engine::Row],
+    ) -> Result<Vec<laya_core::engine::RowLogits>, laya_core::engine::EngineError> {
+        self.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+        panic!("the engine panics (a test)");
+    }
+
+    fn info(&self) -> laya_core::engine::EngineInfo {
+        self.inner.info()
+    }
+
+    fn batch_invariant(&self) -> bool {
+        self.inner.batch_invariant()
+    }
+}
+
+impl laya_core::checkpoints::Checkpoints for Doomed {
+    type Forward = Panicking;
+
+    fn agent(
+        &mut self,
+        name: &laya_core::routing::Checkpoint,
+    ) -> Result<&mut laya_core::agent::Agent<Panicking>, laya_core::checkpoints::LoadError> {
+        self.inner.agent(name)
+    }
+
+    fn resident(&self) -> Vec<laya_core::checkpoints::Resident> {
+        assert!(
+            !self.dead.load(std::sync::atomic::Ordering::SeqCst),
+            "the checkpoints panic too (a test)"
+        );
+        self.inner.resident()
+    }
+
+    fn agent_key(&self, name: &laya_core::routing::Checkpoint) -> Option<u64> {
+        self.inner.agent_key(name)
+    }
+
+    fn peek(&mut self, key: u64) -> Option<&mut laya_core::agent::Agent<Panicking>> {
+        self.inner.peek(key)
+    }
+}
+
+impl sys1rust::worker::Owned for Doomed {}
+
+/// Once no engine worker is left, decisions can only fail: `/ready` says so (503
+/// `{"status":"worker stopped"}`) instead of 200, so that traffic moves elsewhere.
+#[test]
+fn ready_turns_off_when_the_worker_has_stopped() {
+    let dead = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = Server::in_process(&[], &checkpoint("tiny"), move |dir| {
+        let engine = Panicking {
+            inner: laya_fixtures::Recorded::for_checkpoint("tiny"),
+            dead: dead.clone(),
+        };
+        Doomed {
+            inner: laya_core::checkpoints::Single::new(
+                laya_core::agent::Agent::load(dir, engine).expect("the fixture loads"),
+                None,
+            ),
+            dead,
+        }
+    });
+    let ready = s.send("GET", "/ready", &[], None);
+    assert_eq!(
+        (ready.status, ready.text().as_str()),
+        (200, r#"{"status":"ready"}"#)
+    );
+    let r = post(&s, &[], BODY);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (500, r#"{"detail":"inference failed"}"#)
+    );
+    let ready = s.send("GET", "/ready", &[], None);
+    assert_eq!(
+        (ready.status, ready.text().as_str()),
+        (503, r#"{"status":"worker stopped"}"#)
+    );
+    assert_eq!(ready.header("content-type"), Some("application/json"));
+    // A drain still says draining.
+    assert_eq!(s.send("POST", "/drain", &[], None).status, 200);
+    assert_eq!(
+        s.send("GET", "/ready", &[], None).text(),
+        r#"{"status":"draining"}"#
+    );
+}

@@ -109,7 +109,7 @@ impl Metrics {
     pub fn render(&self, cancelled: u64, workers: &[crate::dispatch::WorkerView]) -> String {
         let mut out = String::new();
         out.push_str(
-            "# HELP sys1_requests_total Decision requests answered, by route and status.\n",
+            "# HELP sys1_requests_total Decision requests by route and the status answered (499: the client closed the connection first).\n",
         );
         out.push_str("# TYPE sys1_requests_total counter\n");
         let mut reqs = self
@@ -125,7 +125,7 @@ impl Metrics {
             );
         }
         out.push_str(
-            "# HELP sys1_request_duration_seconds Time from admission to the response, by route.\n",
+            "# HELP sys1_request_duration_seconds Time from the handler's start (before auth and admission) to the response, by route.\n",
         );
         out.push_str("# TYPE sys1_request_duration_seconds histogram\n");
         for (i, route) in ["single", "batch"].iter().enumerate() {

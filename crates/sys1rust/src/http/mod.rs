@@ -147,7 +147,13 @@ async fn not_found(State(state): State<AppState>, headers: HeaderMap, uri: Uri) 
     if let Some(trimmed) = path.strip_suffix('/') {
         let known = matches!(
             trimmed,
-            "/v1/systemone" | "/v1/systemone/batch" | "/health" | "/metrics" | "/ready" | "/drain"
+            "/v1/systemone"
+                | "/v1/systemone/batch"
+                | "/health"
+                | "/metrics"
+                | "/ready"
+                | "/info"
+                | "/drain"
         ) || (trimmed == "/openapi.json" && state.cfg.api_key.is_none());
         if known {
             let host = headers
@@ -217,6 +223,8 @@ async fn admit_and_read(
         _permit: permit,
         _gauge: state.metrics.admitted(),
     });
+    // Upstream's `_mark_request()`: once admitted, before the body (idle unload, `/health`).
+    state.worker.mark_request();
     let bytes = body::read(headers, body, BODY_LIMIT, state.cfg.body_timeout).await?;
     Ok((admitted, bytes))
 }
@@ -291,10 +299,44 @@ async fn decision(
     Ok(answered(body, inference_ms))
 }
 
+/// A decision route's count in the metrics when its future ends before the answer: its
+/// client left (under [`request_log::CLIENT_CLOSED`], as the request's log line has it), or it
+/// panicked (500, as the panic layer answers).
+struct Unanswered<'a> {
+    state: &'a AppState,
+    route: Route,
+    started: Instant,
+    armed: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // The panic layer answers a panicked handler with a 500 (`unwind`).
+            let status = if unwind::dropping_panicked() {
+                500
+            } else {
+                request_log::CLIENT_CLOSED
+            };
+            self.state.metrics.request(
+                self.route.label(),
+                status,
+                self.started.elapsed().as_secs_f64(),
+            );
+        }
+    }
+}
+
 /// Runs a decision route, turning its error into upstream's response and counting the
 /// answer in the metrics.
 async fn counted(state: AppState, route: Route, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
+    let mut unanswered = Unanswered {
+        state: &state,
+        route,
+        started,
+        armed: true,
+    };
     let mut facts = Facts::default();
     let mut resp = decision(&state, route, &headers, body, &mut facts)
         .await
@@ -308,6 +350,7 @@ async fn counted(state: AppState, route: Route, headers: HeaderMap, body: Body) 
         facts.error = Some(cause);
     }
     resp.extensions_mut().insert(facts);
+    unanswered.armed = false;
     state.metrics.request(
         route.label(),
         resp.status().as_u16(),

@@ -1,6 +1,8 @@
 //! Readiness, for orchestrators and load balancers: `GET /ready` answers 503 while the
 //! checkpoints load, 200 once they are loaded and warmed, and 503 again from `POST /drain` or
 //! a shutdown signal on, so that traffic moves elsewhere while in-flight requests finish.
+//! It also answers 503 (`{"status":"worker stopped"}`) once no engine worker can answer (every
+//! one failed to load or its thread ended), when decisions could only fail.
 //! Neither route exists upstream (whose port opens only once it is loaded); `/health` keeps
 //! upstream's contract.
 
@@ -90,17 +92,21 @@ impl Readiness {
     }
 }
 
-fn stage_body(stage: Stage) -> Response {
-    let status = match stage {
-        Stage::Ready => StatusCode::OK,
-        Stage::Loading | Stage::Draining => StatusCode::SERVICE_UNAVAILABLE,
+/// `/ready`'s answer: the stage, unless no worker is left to answer (a drain still says
+/// draining: that is what an operator asked for).
+fn stage_body(stage: Stage, workers_alive: bool) -> Response {
+    let (status, word) = match stage {
+        Stage::Draining => (StatusCode::SERVICE_UNAVAILABLE, stage.word()),
+        _ if !workers_alive => (StatusCode::SERVICE_UNAVAILABLE, "worker stopped"),
+        Stage::Ready => (StatusCode::OK, stage.word()),
+        Stage::Loading => (StatusCode::SERVICE_UNAVAILABLE, stage.word()),
     };
-    json_response(status, format!("{{\"status\":\"{}\"}}", stage.word()))
+    json_response(status, format!("{{\"status\":\"{word}\"}}"))
 }
 
 /// `GET /ready`: open to probes (which carry no bearer), never queued behind inference.
 pub async fn ready(State(state): State<AppState>) -> Response {
-    stage_body(state.readiness.stage())
+    stage_body(state.readiness.stage(), state.worker.any_alive())
 }
 
 /// `POST /drain`: behind the bearer when a key is set. Answers 200 with the new stage.

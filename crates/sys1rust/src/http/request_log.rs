@@ -2,8 +2,8 @@
 //!
 //! [`layer`] wraps every route: it takes the client's `X-Request-Id` when it is sane, else
 //! makes one, runs the request inside a span carrying it (so the worker's and the error's log
-//! lines name it too), echoes it on the response, and logs one INFO line when the response is
-//! ready. Handlers report what they learned (inference time, tokens, the routed checkpoint, an
+//! lines name it too), echoes it on the response, and logs one line when the response is
+//! ready, or when the client leaves first (status 499). Handlers report what they learned (inference time, tokens, the routed checkpoint, an
 //! error's cause) as a [`Facts`] response extension; bodies and bearer tokens are never logged.
 
 use std::fmt::Write as _;
@@ -62,6 +62,78 @@ fn generate() -> String {
     out
 }
 
+/// The status a request's log line and metrics give when its client closed the connection
+/// before the answer was ready (nginx's convention; no response was sent).
+pub const CLIENT_CLOSED: u16 = 499;
+
+/// The longest `error` a log line carries: errors quote client values (question ids, labels)
+/// in full for the response, and a body may be 2 MiB.
+const MAX_ERROR_CHARS: usize = 1024;
+
+/// What a request's log line says besides its facts.
+struct Line {
+    span: tracing::Span,
+    method: axum::http::Method,
+    route: String,
+    started: Instant,
+}
+
+impl Line {
+    fn write(&self, status: u16, facts: &Facts) {
+        let total_ms = round2(self.started.elapsed().as_secs_f64() * 1e3);
+        let checkpoint = (!facts.checkpoints.is_empty()).then(|| facts.checkpoints.join(","));
+        let error = facts.error.as_deref().map(clipped);
+        let (method, route) = (&self.method, &self.route);
+        self.span.in_scope(|| {
+            macro_rules! line {
+                ($level:ident) => {
+                    tracing::$level!(
+                        method = %method,
+                        route = %route,
+                        status,
+                        total_ms,
+                        inference_ms = facts.inference_ms.map(round2),
+                        input_tokens = facts.input_tokens,
+                        states = facts.states,
+                        checkpoint = checkpoint.as_deref(),
+                        error = error.as_deref(),
+                        "request"
+                    )
+                };
+            }
+            if status >= 500 && status != 503 && status != 504 {
+                line!(error)
+            } else {
+                line!(info)
+            }
+        });
+    }
+}
+
+/// `error` cut to [`MAX_ERROR_CHARS`] characters, saying how much was left out.
+fn clipped(error: &str) -> std::borrow::Cow<'_, str> {
+    match error.char_indices().nth(MAX_ERROR_CHARS) {
+        None => error.into(),
+        Some((at, _)) => format!("{}… ({} more bytes)", &error[..at], error.len() - at).into(),
+    }
+}
+
+/// Writes the line of a request whose future was dropped before its response: its client
+/// left (the connection closed), so no status was sent.
+struct Pending(Option<Line>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(line) = self.0.take() {
+            let facts = Facts {
+                error: Some("the client closed the connection before the answer".to_owned()),
+                ..Facts::default()
+            };
+            line.write(CLIENT_CLOSED, &facts);
+        }
+    }
+}
+
 /// The middleware (`axum::middleware::from_fn`).
 pub async fn layer(req: Request, next: Next) -> Response {
     let started = Instant::now();
@@ -79,37 +151,20 @@ pub async fn layer(req: Request, next: Next) -> Response {
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
     let span = tracing::info_span!("request", id = %id);
-    let mut resp = next.run(req).instrument(span.clone()).await;
+    let mut pending = Pending(Some(Line {
+        span: span.clone(),
+        method,
+        route,
+        started,
+    }));
+    let mut resp = next.run(req).instrument(span).await;
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert(HEADER, v);
     }
     let facts = resp.extensions_mut().remove::<Facts>().unwrap_or_default();
-    let status = resp.status().as_u16();
-    let total_ms = round2(started.elapsed().as_secs_f64() * 1e3);
-    let checkpoint = (!facts.checkpoints.is_empty()).then(|| facts.checkpoints.join(","));
-    span.in_scope(|| {
-        macro_rules! line {
-            ($level:ident) => {
-                tracing::$level!(
-                    method = %method,
-                    route = %route,
-                    status,
-                    total_ms,
-                    inference_ms = facts.inference_ms.map(round2),
-                    input_tokens = facts.input_tokens,
-                    states = facts.states,
-                    checkpoint = checkpoint.as_deref(),
-                    error = facts.error.as_deref(),
-                    "request"
-                )
-            };
-        }
-        if status >= 500 && status != 503 && status != 504 {
-            line!(error)
-        } else {
-            line!(info)
-        }
-    });
+    if let Some(line) = pending.0.take() {
+        line.write(resp.status().as_u16(), &facts);
+    }
     resp
 }
 
@@ -143,5 +198,21 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn long_errors_are_cut_for_the_log() {
+        assert_eq!(clipped("short"), "short");
+        let at_limit = "é".repeat(MAX_ERROR_CHARS);
+        assert_eq!(clipped(&at_limit), at_limit);
+        let long = format!("{}{}", "é".repeat(MAX_ERROR_CHARS), "z".repeat(1_500_000));
+        let cut = clipped(&long);
+        assert!(cut.starts_with(&at_limit), "the first characters are kept");
+        assert!(
+            cut.ends_with("… (1500000 more bytes)"),
+            "{}",
+            &cut[cut.len() - 40..]
+        );
+        assert!(cut.len() < 3 * MAX_ERROR_CHARS);
     }
 }

@@ -19,24 +19,43 @@ use super::ApiError;
 
 /// The middleware, for `axum::middleware::from_fn` (with the server's output contract).
 pub async fn layer(output: Output, req: Request, next: Next) -> Response {
-    match Caught(Box::pin(next.run(req))).await {
+    match Caught(Some(Box::pin(next.run(req)))).await {
         Some(resp) => resp,
         None => ApiError::Panicked.respond(output),
     }
 }
 
-/// A future whose panic ends it with `None`; it is never polled after that.
-struct Caught<F>(Pin<Box<F>>);
+thread_local! {
+    /// Set while a panicked handler's future is dropped.
+    static DROPPING_PANICKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the handler future being dropped on this thread is one that panicked, for guards
+/// that count a request whose future ends early: a panic is a 500, not a client that left.
+pub fn dropping_panicked() -> bool {
+    DROPPING_PANICKED.with(std::cell::Cell::get)
+}
+
+/// A future whose panic ends it with `None`; it is dropped at once, never polled again.
+struct Caught<F>(Option<Pin<Box<F>>>);
 
 impl<F: Future> Future for Caught<F> {
     type Output = Option<F::Output>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // The future is dropped right after a panic, so no broken state is observed.
-        match std::panic::catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
+        let Some(inner) = self.0.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.as_mut().poll(cx))) {
             Ok(Poll::Ready(out)) => Poll::Ready(Some(out)),
             Ok(Poll::Pending) => Poll::Pending,
-            Err(_) => Poll::Ready(None),
+            Err(_) => {
+                DROPPING_PANICKED.with(|d| d.set(true));
+                // A drop that panics again is the handler's bug twice over: still a 500.
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(|| self.0 = None));
+                DROPPING_PANICKED.with(|d| d.set(false));
+                Poll::Ready(None)
+            }
         }
     }
 }

@@ -162,6 +162,23 @@ impl Server {
         C: Owned + 'static,
         B: Fn(&std::path::Path, usize) -> anyhow::Result<C> + Send + Sync + 'static,
     {
+        Server::in_process_configured(extra, dir, ordinals, wait_for_load, |_| {}, build)
+    }
+
+    /// [`Server::in_process_pool`] with its configuration changed by `configure` first (what
+    /// `--model` cannot set, such as the router's idle unload).
+    pub fn in_process_configured<C, B>(
+        extra: &[&str],
+        dir: &std::path::Path,
+        ordinals: &[usize],
+        wait_for_load: bool,
+        configure: impl FnOnce(&mut ServeConfig),
+        build: B,
+    ) -> Server
+    where
+        C: Owned + 'static,
+        B: Fn(&std::path::Path, usize) -> anyhow::Result<C> + Send + Sync + 'static,
+    {
         let mut args = vec!["--model", dir.to_str().expect("utf-8 path"), "--port", "0"];
         args.extend_from_slice(extra);
         let args = serve_args(&args);
@@ -169,7 +186,9 @@ impl Server {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let cfg = ServeConfig::from_args(&args, &Served::Single { label }).expect("configuration");
+        let mut cfg =
+            ServeConfig::from_args(&args, &Served::Single { label }).expect("configuration");
+        configure(&mut cfg);
         let dir = dir.to_path_buf();
         let build = move |ordinal| Ok((build(&dir, ordinal)?, loaded_info()));
         let state = if wait_for_load {
