@@ -2,7 +2,7 @@
 //! decisions the way upstream `Agent.predict_batch` and `Agent.predict_long` do.
 
 use std::borrow::Borrow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::{AgentConfig, CheckpointConfig, ConfigError, EncoderConfig};
@@ -111,6 +111,18 @@ pub enum LoadError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// The tokenizer gives an id the encoder has no embedding for: every request would fail.
+    #[error("{tokenizer}: {what} has id {id}, outside the encoder's vocabulary ({config} says vocab_size {vocab_size})")]
+    Vocabulary {
+        /// The tokenizer's directory.
+        tokenizer: PathBuf,
+        /// `encoder/config.json`.
+        config: PathBuf,
+        /// Which token: a special token's role and text, or the largest id.
+        what: String,
+        id: u32,
+        vocab_size: usize,
+    },
 }
 
 /// Per-call options of `predict_batch`.
@@ -163,12 +175,41 @@ pub fn state_text(tok: &Tokenizer, state: &Value) -> String {
     }
 }
 
+/// Whether every id `tok` can give has a row of the encoder's embeddings: the special tokens
+/// (named, as the clearest cause), then the largest id. The engines refuse a row holding an
+/// id past `vocab_size`, so a checkpoint that fails this would load, report ready and fail
+/// every request.
+fn check_vocabulary(tok: &Tokenizer, enc: &EncoderConfig) -> Result<(), (String, u32)> {
+    let specials = [
+        ("cls", &tok.cls),
+        ("sep", &tok.sep),
+        ("mask", &tok.mask),
+        ("pad", &tok.pad),
+    ];
+    let outside = |id: u32| usize::try_from(id).map_or(true, |id| id >= enc.vocab_size);
+    if let Some((role, s)) = specials.into_iter().find(|(_, s)| outside(s.id)) {
+        return Err((format!("the {role} token {:?}", s.text), s.id));
+    }
+    if outside(tok.max_id()) {
+        return Err(("the largest token id".into(), tok.max_id()));
+    }
+    Ok(())
+}
+
 impl<F: Forward> Agent<F> {
     /// Reads the tokenizer and configs of a checkpoint directory; the caller brings the
     /// forward pass (built from the same directory).
     pub fn load(dir: &Path, forward: F) -> Result<Self, LoadError> {
         let cfg = CheckpointConfig::load(dir)?;
-        let tokenizer = Tokenizer::load(&dir.join("tokenizer"))?;
+        let tokenizer_dir = dir.join("tokenizer");
+        let tokenizer = Tokenizer::load(&tokenizer_dir)?;
+        check_vocabulary(&tokenizer, &cfg.encoder).map_err(|(what, id)| LoadError::Vocabulary {
+            tokenizer: tokenizer_dir,
+            config: dir.join("encoder").join("config.json"),
+            what,
+            id,
+            vocab_size: cfg.encoder.vocab_size,
+        })?;
         Ok(Agent {
             tokenizer: Arc::new(tokenizer),
             config: cfg.agent,

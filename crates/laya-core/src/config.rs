@@ -45,6 +45,22 @@ pub enum LayerKind {
     Sliding,
 }
 
+/// Most encoder layers (`num_hidden_layers`) and most decision-head layers (`head_layers`) a
+/// config may ask for. The published encoders have 28 and 22 and the heads 2; the loaders
+/// allocate per layer before the safetensors header can contradict the config, so an
+/// unchecked count (1e12) aborted the process on a failed allocation.
+pub const MAX_LAYERS: usize = 1024;
+
+/// Most positions `max_position_embeddings` and `max_len` may ask for: 16 times the 8,192 of
+/// ModernBERT and mmBERT. The CUDA engine builds its RoPE tables for
+/// `max(max_position_embeddings, max_len)` positions at load (64 MiB at this bound with
+/// 64-wide heads), so an unchecked value (1e12) aborted the process.
+pub const MAX_POSITIONS: usize = 1 << 17;
+
+/// Largest config file read (`rl_agent_config.json`, `encoder/config.json`,
+/// `tokenizer_config.json`): the published ones are under 3 KB, and a config is read whole.
+pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
@@ -52,6 +68,9 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The file is larger than a config file can be ([`MAX_CONFIG_BYTES`]).
+    #[error("{path} is larger than the {limit} bytes a config file may have")]
+    TooLarge { path: PathBuf, limit: u64 },
     #[error("{path} is not valid JSON: {source}")]
     Json {
         path: PathBuf,
@@ -111,7 +130,7 @@ impl EncoderConfig {
         let usize_field = |key: &str| -> Result<usize, String> {
             v.get(key)
                 .and_then(Value::as_u64)
-                .map(|n| n as usize)
+                .and_then(|n| usize::try_from(n).ok())
                 .ok_or_else(|| format!("'{key}' must be a non-negative integer"))
         };
         let usize_or = |key: &str, default: usize| -> Result<usize, String> {
@@ -123,8 +142,24 @@ impl EncoderConfig {
         let hidden_size = usize_field("hidden_size")?;
         let num_attention_heads = usize_field("num_attention_heads")?;
         let num_hidden_layers = usize_field("num_hidden_layers")?;
+        let intermediate_size = usize_field("intermediate_size")?;
+        if hidden_size == 0 {
+            return Err("'hidden_size' must be positive".into());
+        }
         if num_attention_heads == 0 || hidden_size % num_attention_heads != 0 {
             return Err("hidden_size must be a multiple of num_attention_heads".into());
+        }
+        // Checked before anything is allocated per layer.
+        at_most("num_hidden_layers", num_hidden_layers, MAX_LAYERS)?;
+        // The tensor inventory holds `[4d, d]`, `[256, d + 4]` and `[2I, d]` shapes: sizes whose
+        // multiples overflow can describe no file, and would wrap in release builds.
+        for (key, n, factor) in [
+            ("hidden_size", hidden_size, 4),
+            ("intermediate_size", intermediate_size, 2),
+        ] {
+            if n.checked_mul(factor).is_none() {
+                return Err(format!("'{key}' is {n}, too large for any checkpoint"));
+            }
         }
         let every = usize_or("global_attn_every_n_layers", 3)?.max(1);
         let layer_kinds = match v.get("layer_types").and_then(Value::as_array) {
@@ -151,23 +186,17 @@ impl EncoderConfig {
                 })
                 .collect(),
         };
-        let theta = |layer_type: &str, legacy: &str, default: f64| -> f64 {
-            let rope = v.get("rope_parameters");
-            rope.and_then(|r| r.get(layer_type))
-                .and_then(|p| p.get("rope_theta"))
-                .and_then(Value::as_f64)
-                .or_else(|| {
-                    rope.and_then(|r| r.get("rope_theta"))
-                        .and_then(Value::as_f64)
-                })
-                .or_else(|| v.get(legacy).and_then(Value::as_f64))
-                .unwrap_or(default)
+        // A value that is present must be a usable number: one that is not used to load and
+        // then fail every request (a norm dividing by zero, RoPE angles of NaN).
+        let theta = |layer_type: &str, legacy: &str, default: f64| -> Result<f32, String> {
+            let paths: [&[&str]; 3] = [
+                &["rope_parameters", layer_type, "rope_theta"],
+                &["rope_parameters", "rope_theta"],
+                &[legacy],
+            ];
+            positive_f32(v, &paths, default)
         };
-        let norm_eps = v
-            .get("norm_eps")
-            .or_else(|| v.get("layer_norm_eps"))
-            .and_then(Value::as_f64)
-            .unwrap_or(1e-5);
+        let norm_eps = positive_f32(v, &[&["norm_eps"], &["layer_norm_eps"]], 1e-5)?;
         if let Some(act) = v.get("hidden_activation").and_then(Value::as_str) {
             if act != "gelu" {
                 return Err(format!(
@@ -182,19 +211,55 @@ impl EncoderConfig {
                 ));
             }
         }
+        let max_position_embeddings = usize_or("max_position_embeddings", 8192)?;
+        at_most(
+            "max_position_embeddings",
+            max_position_embeddings,
+            MAX_POSITIONS,
+        )?;
         Ok(EncoderConfig {
             vocab_size: usize_field("vocab_size")?,
             hidden_size,
             num_attention_heads,
             num_hidden_layers,
-            intermediate_size: usize_field("intermediate_size")?,
-            norm_eps: norm_eps as f32,
+            intermediate_size,
+            norm_eps,
             local_attention: usize_or("local_attention", 128)?,
             layer_kinds,
-            rope_theta_global: theta("full_attention", "global_rope_theta", 160000.0) as f32,
-            rope_theta_local: theta("sliding_attention", "local_rope_theta", 10000.0) as f32,
-            max_position_embeddings: usize_or("max_position_embeddings", 8192)?,
+            rope_theta_global: theta("full_attention", "global_rope_theta", 160000.0)?,
+            rope_theta_local: theta("sliding_attention", "local_rope_theta", 10000.0)?,
+            max_position_embeddings,
         })
+    }
+}
+
+/// `Err` naming `key` when `n` exceeds `max`.
+fn at_most(key: &str, n: usize, max: usize) -> Result<(), String> {
+    if n > max {
+        return Err(format!(
+            "'{key}' is {n}, more than the {max} this loader accepts"
+        ));
+    }
+    Ok(())
+}
+
+/// The number at the first of `paths` (keys into nested objects) that is present and not
+/// null, as f32, which must be finite and above zero; `default` when none is present. The
+/// check is on the f32 the engines compute with: 1e39 is finite in JSON and infinite there.
+fn positive_f32(v: &Value, paths: &[&[&str]], default: f64) -> Result<f32, String> {
+    let found = paths.iter().find_map(|path| {
+        let x = path.iter().try_fold(v, |node, key| node.get(key))?;
+        (!x.is_null()).then(|| (path.join("."), x))
+    });
+    let Some((key, x)) = found else {
+        return Ok(default as f32);
+    };
+    match x.as_f64().map(|f| f as f32) {
+        Some(f) if f.is_finite() && f > 0.0 => Ok(f),
+        Some(_) => Err(format!(
+            "'{key}' must be a finite number above zero (in f32), got {x}"
+        )),
+        None => Err(format!("'{key}' must be a number, got {x}")),
     }
 }
 
@@ -252,15 +317,19 @@ impl AgentConfig {
                 None => Ok(default),
                 Some(x) => x
                     .as_u64()
-                    .map(|n| n as usize)
+                    .and_then(|n| usize::try_from(n).ok())
                     .ok_or_else(|| format!("'{key}' must be an integer")),
             }
         };
         let head_layers = match obj.get("head_layers") {
-            Some(x) => x.as_u64().ok_or("'head_layers' must be an integer")? as usize,
+            Some(_) => int_or("head_layers", 0)?,
             None => return Err("'head_layers' is missing".into()),
         };
+        // Checked before anything is allocated per head layer.
+        at_most("head_layers", head_layers, MAX_LAYERS)?;
         let max_len = int_or("max_len", 512)?;
+        // The CUDA engine's RoPE tables cover `max_len` positions.
+        at_most("max_len", max_len, MAX_POSITIONS)?;
         let head_max_len = int_or("head_max_len", 192)?;
         let n_act = match obj.get("act_costs") {
             None => 1,
@@ -335,14 +404,48 @@ pub fn temp_bucket(qtype: QType, k: usize) -> String {
 }
 
 fn read_json(path: &Path) -> Result<Value, ConfigError> {
-    let text = std::fs::read(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
+    let text = read_capped(path, MAX_CONFIG_BYTES).map_err(|e| match e {
+        CappedReadError::Io(source) => ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        },
+        CappedReadError::TooLarge => ConfigError::TooLarge {
+            path: path.to_owned(),
+            limit: MAX_CONFIG_BYTES,
+        },
     })?;
     serde_json::from_slice(&text).map_err(|source| ConfigError::Json {
         path: path.to_owned(),
         source,
     })
+}
+
+/// Why [`read_capped`] read nothing.
+#[derive(Debug)]
+pub(crate) enum CappedReadError {
+    Io(std::io::Error),
+    /// The file holds more than the limit.
+    TooLarge,
+}
+
+/// The whole of `path`, refused past `limit` bytes: files read whole must not be able to take
+/// all memory. A regular file over the limit is refused from its size alone; anything else is
+/// read up to one byte past the limit.
+pub(crate) fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, CappedReadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(CappedReadError::Io)?;
+    let meta = file.metadata().map_err(CappedReadError::Io)?;
+    if meta.is_file() && meta.len() > limit {
+        return Err(CappedReadError::TooLarge);
+    }
+    let mut buf = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(CappedReadError::Io)?;
+    if buf.len() as u64 > limit {
+        return Err(CappedReadError::TooLarge);
+    }
+    Ok(buf)
 }
 
 /// Both config files of a checkpoint directory.
@@ -364,6 +467,7 @@ impl CheckpointConfig {
 /// RoPE's `cos` and `sin` of `pos · θ^(−2i/hd)` for `i < hd/2` and `pos < positions`,
 /// row-major `[pos][hd/2]`, every product and function in f32 (`model.md` §3.1, as
 /// transformers computes `inv_freq` and the angles). Both engines build their tables here.
+/// The tables are allocated whole: configs bound the positions to [`MAX_POSITIONS`].
 pub fn rope_table(theta: f32, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
     let half = head_dim / 2;
     let inv: Vec<f32> = (0..half)

@@ -4,7 +4,7 @@
 //! Also the RoPE tables, computed in f32 as torch does (`model.md` §5.16).
 
 use laya_core::checkpoint::CheckpointTensors;
-use laya_core::config::{rope_table, CheckpointConfig, LayerKind};
+use laya_core::config::{rope_table, CheckpointConfig, LayerKind, MAX_POSITIONS};
 
 use crate::error::{CudaError, LoadError};
 use crate::gpu::DeviceBuf;
@@ -109,6 +109,18 @@ impl Weights {
     /// Reads every tensor of the checkpoint (already checked against `cfg`) to the device.
     pub fn load(t: &CheckpointTensors, cfg: &CheckpointConfig) -> Result<Weights, LoadError> {
         let e = &cfg.encoder;
+        let max_positions = e.max_position_embeddings.max(cfg.agent.max_len).max(1);
+        // The RoPE tables below are built whole for this many positions. Configs read from
+        // files are bounded when they are read; this guards configs built in code, which
+        // would otherwise abort the process on the allocation (1e12 positions), and is
+        // checked before anything is uploaded.
+        if max_positions > MAX_POSITIONS {
+            return Err(LoadError::Unsupported(format!(
+                "RoPE tables for {max_positions} positions (max_position_embeddings {}, \
+                 max_len {}); at most {MAX_POSITIONS}",
+                e.max_position_embeddings, cfg.agent.max_len
+            )));
+        }
         let mut r = Reader { t, bytes: 0 };
         let mut layers = Vec::with_capacity(e.num_hidden_layers);
         for l in 0..e.num_hidden_layers {
@@ -146,7 +158,6 @@ impl Weights {
             });
         }
         let act_hidden = t.shape("act_head.0.weight")?[0];
-        let max_positions = e.max_position_embeddings.max(cfg.agent.max_len).max(1);
         let hd = e.head_dim();
         let (gc, gs) = rope_table(e.rope_theta_global, hd, max_positions);
         let (lc, ls) = rope_table(e.rope_theta_local, hd, max_positions);
@@ -179,5 +190,30 @@ impl Weights {
             max_positions,
             bytes: r.bytes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config built in code past the bound is refused before any table or upload (no GPU
+    /// is touched): 1e12 positions aborted the process on the allocation.
+    #[test]
+    fn rope_tables_past_the_bound_are_refused_before_anything_is_built() {
+        let dir = laya_fixtures::fixtures_dir()
+            .join("checkpoints")
+            .join("tiny");
+        let mut cfg = CheckpointConfig::load(&dir).expect("fixture configs");
+        let t = CheckpointTensors::open(&dir, &cfg).expect("fixture checkpoint");
+        cfg.encoder.max_position_embeddings = 1_000_000_000_000;
+        let e = Weights::load(&t, &cfg).expect_err("must be refused");
+        assert!(
+            matches!(&e, LoadError::Unsupported(m) if m.contains("max_position_embeddings")),
+            "{e}"
+        );
+        cfg.encoder.max_position_embeddings = 8192;
+        cfg.agent.max_len = MAX_POSITIONS + 1;
+        assert!(Weights::load(&t, &cfg).is_err());
     }
 }

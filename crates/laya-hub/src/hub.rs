@@ -593,12 +593,13 @@ fn link_points_at(cache: &RepoCache, f: &FileJob<'_>) -> bool {
 }
 
 /// A local checkpoint needs at least the two files `laya.Agent` cannot do without, and the
-/// three a network-free loader needs (model.md §1.2).
+/// three a network-free loader needs (model.md §1.2). Each must be a regular file (through
+/// links); one that is there but unusable is listed with the reason, so that a directory
+/// without read permission, a link loop or a FIFO is not reported as a file that is missing.
 fn check_local(dir: &Path) -> Result<(), HubError> {
-    let missing: Vec<&str> = CHECKPOINT_FILES
+    let missing: Vec<String> = CHECKPOINT_FILES
         .iter()
-        .copied()
-        .filter(|p| !dir.join(p).is_file())
+        .filter_map(|p| unusable(&dir.join(p)).map(|why| format!("{p}{why}")))
         .collect();
     if missing.is_empty() {
         Ok(())
@@ -607,6 +608,46 @@ fn check_local(dir: &Path) -> Result<(), HubError> {
             dir: dir.to_path_buf(),
             missing: missing.join(", "),
         })
+    }
+}
+
+/// `None` when `path` is a regular file (after links); else what follows its name in the
+/// list of missing files: nothing when it does not exist, the reason otherwise.
+fn unusable(path: &Path) -> Option<String> {
+    match fs::metadata(path) {
+        Ok(m) if m.is_file() => None,
+        Ok(m) => Some(format!(" (not a regular file: {})", file_kind(&m))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A link whose target is gone exists, as a link.
+            match fs::symlink_metadata(path) {
+                Ok(_) => Some(" (a link to nothing)".into()),
+                Err(_) => Some(String::new()),
+            }
+        }
+        Err(e) => Some(format!(" (cannot be examined: {e})")),
+    }
+}
+
+/// What a file that is not a regular file is.
+fn file_kind(m: &fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_block_device() || t.is_char_device() {
+            return "a device";
+        }
+    }
+    if m.is_dir() {
+        "a directory"
+    } else {
+        "neither a file nor a directory"
     }
 }
 
@@ -620,4 +661,46 @@ fn dir_size(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files that are there but unusable are listed with the reason, not as missing: a
+    /// directory, a socket (as a FIFO would be), a link loop, a link to nothing.
+    #[cfg(unix)]
+    #[test]
+    fn unusable_local_files_say_why() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        fs::create_dir_all(d.join("encoder")).expect("mkdir");
+        fs::create_dir_all(d.join("tokenizer")).expect("mkdir");
+        fs::write(d.join("rl_agent_config.json"), "{}").expect("write");
+        // model.safetensors: a directory.
+        fs::create_dir(d.join("model.safetensors")).expect("mkdir");
+        // encoder/config.json: a socket.
+        let _socket =
+            std::os::unix::net::UnixListener::bind(d.join("encoder/config.json")).expect("socket");
+        // tokenizer/tokenizer.json: a link loop.
+        symlink("tokenizer.json", d.join("tokenizer/tokenizer.json")).expect("link");
+        // tokenizer/tokenizer_config.json: a link to nothing.
+        symlink("gone.json", d.join("tokenizer/tokenizer_config.json")).expect("link");
+        let e = check_local(d).expect_err("incomplete");
+        let text = e.to_string();
+        for want in [
+            "model.safetensors (not a regular file: a directory)",
+            "encoder/config.json (not a regular file: a socket)",
+            "tokenizer/tokenizer.json (cannot be examined:",
+            "tokenizer/tokenizer_config.json (a link to nothing)",
+        ] {
+            assert!(text.contains(want), "missing `{want}` in: {text}");
+        }
+        assert!(!text.contains("rl_agent_config.json"), "{text}");
+        // Files that are simply absent are named alone, as before.
+        fs::remove_file(d.join("rl_agent_config.json")).expect("rm");
+        let text = check_local(d).expect_err("incomplete").to_string();
+        assert!(text.contains("missing rl_agent_config.json, "), "{text}");
+    }
 }

@@ -90,7 +90,8 @@ impl ByteBpe {
     /// reproduces. `t` must be as loaded: `tokenizers` builds its search for normalized tokens
     /// when they are added and keeps it when the normalizer is replaced, while this reads the
     /// normalizer of now; and it must hold no added text twice (the caller checks the file).
-    pub(super) fn of(t: &tokenizers::Tokenizer) -> Option<ByteBpe> {
+    /// `merges` is the `model.merges` list of the file `t` was loaded from.
+    pub(super) fn of(t: &tokenizers::Tokenizer, merges: &serde_json::Value) -> Option<ByteBpe> {
         let form = match t.get_normalizer() {
             None => Some(Form::None),
             Some(NormalizerWrapper::NFC(_)) => Some(Form::Nfc),
@@ -120,10 +121,11 @@ impl ByteBpe {
         {
             return None;
         }
-        // The vocabulary and the merges in rank order, as the model serializes them.
-        let model = serde_json::to_value(bpe).ok()?;
-        let vocab = model.get("vocab")?.as_object()?;
-        let id = |token: &str| u32::try_from(vocab.get(token)?.as_u64()?).ok();
+        // The model's own vocabulary (a copy of its token → id map). Not through
+        // `serde_json::to_value(bpe)`: `tokenizers` serializes a vocabulary by walking every
+        // id up to the largest, listing and printing to stdout each one missing.
+        let vocab = tokenizers::Model::get_vocab(bpe);
+        let id = |token: &str| vocab.get(token).copied();
         // Every ASCII byte's token is needed; a byte beyond ASCII without one (ModernBERT's
         // vocabulary leaves out those UTF-8 never holds: 0xc0, 0xc1, 0xf5-0xff) keeps
         // `NO_TOKEN`, and text holding it goes through `tokenizers`.
@@ -136,20 +138,23 @@ impl ByteBpe {
                 None => {}
             }
         }
-        let listed = model.get("merges")?.as_array()?;
+        // The merges as `tokenizers` ranks them: their index in the file's list (the legacy
+        // `"a b"` form without its `#version` lines), a pair listed twice taking its last
+        // rank and result, as the model's map does when it is collected.
+        let listed = merges.as_array()?;
         let mut merges = FxHashMap::default();
         merges.reserve(listed.len());
-        for (rank, pair) in listed.iter().enumerate() {
+        let pairs = listed.iter().filter(
+            |pair| !matches!(pair, serde_json::Value::String(s) if s.starts_with("#version")),
+        );
+        for (rank, pair) in pairs.enumerate() {
             let (a, b) = match pair {
                 serde_json::Value::Array(p) if p.len() == 2 => (p[0].as_str()?, p[1].as_str()?),
                 serde_json::Value::String(s) => s.split_once(' ')?,
                 _ => return None,
             };
             let merged = id(&format!("{a}{b}"))?;
-            let key = (id(a)?, id(b)?);
-            merges
-                .entry(key)
-                .or_insert((u32::try_from(rank).ok()?, merged));
+            merges.insert((id(a)?, id(b)?), (u32::try_from(rank).ok()?, merged));
         }
         // As `tokenizers` builds its two searches: a normalized token is looked for by its
         // normalized text (NFC can make ASCII of a token that is not: the Kelvin sign is `K`).
@@ -496,13 +501,62 @@ mod tests {
         assert_eq!(byte_symbol(b'a'), 'a');
     }
 
-    fn fixture_tokenizer() -> tokenizers::Tokenizer {
-        let path = laya_fixtures::fixtures_dir()
+    fn fixture_path() -> std::path::PathBuf {
+        laya_fixtures::fixtures_dir()
             .join("checkpoints")
             .join("tiny")
             .join("tokenizer")
-            .join("tokenizer.json");
-        tokenizers::Tokenizer::from_file(path).expect("fixture tokenizer")
+            .join("tokenizer.json")
+    }
+
+    fn fixture_tokenizer() -> tokenizers::Tokenizer {
+        tokenizers::Tokenizer::from_file(fixture_path()).expect("fixture tokenizer")
+    }
+
+    /// The fixture file's `model.merges`.
+    fn fixture_merges() -> serde_json::Value {
+        let file: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture_path()).expect("fixture")).expect("json");
+        file["model"]["merges"].clone()
+    }
+
+    /// The merges read from the file are the model's own: the same pairs, ranks in the same
+    /// order and results as `tokenizers`' serialization of the model lists them (safe on the
+    /// fixture, whose vocabulary has no holes).
+    #[test]
+    fn merges_from_the_file_are_the_models() {
+        let t = fixture_tokenizer();
+        let fast = ByteBpe::of(&t, &fixture_merges()).expect("fast path");
+        let ModelWrapper::BPE(bpe) = t.get_model() else {
+            panic!("a BPE model")
+        };
+        let model = serde_json::to_value(bpe).expect("serializes");
+        let vocab = model["vocab"].as_object().expect("vocab");
+        let id = |s: &str| vocab[s].as_u64().expect("id") as u32;
+        let listed = model["merges"].as_array().expect("merges");
+        assert_eq!(fast.merges.len(), listed.len());
+        for (rank, pair) in listed.iter().enumerate() {
+            let (a, b) = (pair[0].as_str().expect("a"), pair[1].as_str().expect("b"));
+            assert_eq!(
+                fast.merges.get(&(id(a), id(b))),
+                Some(&(rank as u32, id(&format!("{a}{b}")))),
+                "{a} {b}"
+            );
+        }
+        // A pair listed twice takes its last rank in `tokenizers`, and here.
+        let mut merges = fixture_merges();
+        let first = merges[0].clone();
+        merges.as_array_mut().expect("list").push(first.clone());
+        let mut file: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture_path()).expect("fixture")).expect("json");
+        file["model"]["merges"] = merges.clone();
+        let t = tokenizers::Tokenizer::from_bytes(serde_json::to_vec(&file).expect("json"))
+            .expect("tokenizers loads it");
+        let fast = ByteBpe::of(&t, &merges).expect("fast path");
+        let (a, b) = (first[0].as_str().expect("a"), first[1].as_str().expect("b"));
+        let last = merges.as_array().expect("list").len() - 1;
+        assert_eq!(fast.merges[&(id(a), id(b))].0, last as u32);
+        assert_same_ids(&t, &fast, &["the theory of the thing", "Hello, world!"]);
     }
 
     /// The fast path answers each of `texts`, with `tokenizers`' ids.
@@ -523,7 +577,7 @@ mod tests {
     fn added_tokens_are_looked_for_as_normalized() {
         let mut t = fixture_tokenizer();
         t.add_tokens(&[tokenizers::AddedToken::from("\u{212a}", false).normalized(true)]);
-        let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
+        let fast = ByteBpe::of(&t, &fixture_merges()).expect("still a byte-level BPE tokenizer");
         assert_same_ids(&t, &fast, &["OK then", "ok then", "KK", "a Kb K"]);
         let kelvin = t.token_to_id("\u{212a}").expect("added");
         assert_eq!(
@@ -539,7 +593,7 @@ mod tests {
         let mut t = fixture_tokenizer();
         t.add_special_tokens(&[tokenizers::AddedToken::from("<x>", true)]);
         t.add_tokens(&[tokenizers::AddedToken::from("a<", false).normalized(true)]);
-        let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
+        let fast = ByteBpe::of(&t, &fixture_merges()).expect("still a byte-level BPE tokenizer");
         let x = t.token_to_id("<x>").expect("added");
         assert_same_ids(&t, &fast, &["a<x>", "a<a<x>b", "a<xa<"]);
         let ids = fast.encode("a<x>").expect("ascii");
@@ -558,7 +612,7 @@ mod tests {
             tokenizers::AddedToken::from("word", false).single_word(true),
             tokenizers::AddedToken::from("<p>", false),
         ]);
-        let fast = ByteBpe::of(&t).expect("still a byte-level BPE tokenizer");
+        let fast = ByteBpe::of(&t, &fixture_merges()).expect("still a byte-level BPE tokenizer");
         for text in ["a <l> b", "a <r> b", "a word b", "swordfish"] {
             assert_eq!(fast.encode(text), None, "{text:?}");
         }
@@ -569,14 +623,14 @@ mod tests {
     #[test]
     fn only_a_template_with_the_sequence_once_is_reproduced() {
         let mut t = fixture_tokenizer();
-        assert!(ByteBpe::of(&t).is_some());
+        assert!(ByteBpe::of(&t, &fixture_merges()).is_some());
         let twice = tokenizers::processors::template::TemplateProcessing::builder()
             .try_single("$A $A")
             .expect("template")
             .build()
             .expect("template");
         t.with_post_processor(Some(twice));
-        assert!(ByteBpe::of(&t).is_none());
+        assert!(ByteBpe::of(&t, &fixture_merges()).is_none());
     }
 
     #[test]

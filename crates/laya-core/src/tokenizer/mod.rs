@@ -13,12 +13,34 @@ use serde_json::Value;
 
 use byte_bpe::ByteBpe;
 
+/// Largest `tokenizer.json` read: it is read whole. The ModernBERT one is 3.6 MB and the
+/// multilingual (256k-entry) one 34 MB.
+pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     #[error("cannot load tokenizer {path}: {message}")]
     Load { path: PathBuf, message: String },
     #[error("cannot read {path}: {message}")]
     Config { path: PathBuf, message: String },
+    /// `tokenizer_config.json` is JSON but not of the expected form (not an object, or a
+    /// special-token entry that is neither a string nor an object with a string `content`).
+    #[error("{path}: {message}")]
+    BadConfig { path: PathBuf, message: String },
+    /// A file is over its size limit ([`MAX_TOKENIZER_BYTES`],
+    /// [`crate::config::MAX_CONFIG_BYTES`]).
+    #[error("{path} is larger than the {limit} bytes this file may have")]
+    TooLarge { path: PathBuf, limit: u64 },
+    /// A vocabulary id leaves holes no real vocabulary has: larger than the vocabulary's
+    /// entries and added tokens together could need.
+    #[error("{path}: token {token:?} has id {id}, but its {entries} vocabulary entries and added tokens need no id above {max}")]
+    SparseVocabulary {
+        path: PathBuf,
+        token: String,
+        id: u64,
+        entries: usize,
+        max: u64,
+    },
     #[error(
         "tokenizer config {path} names {role} token {token:?}, which is not in the vocabulary"
     )]
@@ -49,6 +71,8 @@ pub struct Tokenizer {
     pub sep: Special,
     pub mask: Special,
     pub pad: Special,
+    /// See [`Tokenizer::max_id`].
+    max_id: u32,
 }
 
 impl Tokenizer {
@@ -62,27 +86,55 @@ impl Tokenizer {
             path: json_path.clone(),
             message,
         };
-        let json = std::fs::read(&json_path).map_err(|e| load_error(e.to_string()))?;
+        let json = read_capped(&json_path, MAX_TOKENIZER_BYTES, load_error)?;
+        // Our own reading of the file, before `tokenizers` builds anything from it: the ids
+        // are bounded here, and the fast path takes the merges from it.
+        let file: TokenizerFile =
+            serde_json::from_slice(&json).map_err(|e| load_error(e.to_string()))?;
+        let max_id = file.max_id(&json_path)?;
         let inner =
             tokenizers::Tokenizer::from_bytes(&json).map_err(|e| load_error(e.to_string()))?;
+        drop(json);
         let cfg_path = dir.join("tokenizer_config.json");
-        let cfg: Value = std::fs::read(&cfg_path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-            .map_err(|message| TokenizerError::Config {
+        let cfg_bytes = read_capped(&cfg_path, crate::config::MAX_CONFIG_BYTES, |message| {
+            TokenizerError::Config {
                 path: cfg_path.clone(),
                 message,
+            }
+        })?;
+        let cfg: Value =
+            serde_json::from_slice(&cfg_bytes).map_err(|e| TokenizerError::Config {
+                path: cfg_path.clone(),
+                message: e.to_string(),
             })?;
+        let bad_config = |message: String| TokenizerError::BadConfig {
+            path: cfg_path.clone(),
+            message,
+        };
+        let cfg = cfg
+            .as_object()
+            .ok_or_else(|| bad_config("the file must hold a JSON object".into()))?;
         let special =
             |role: &'static str, key: &str, default: &str| -> Result<Special, TokenizerError> {
+                // Absent or null: the family's default spelling. Anything else must name the
+                // token: a malformed entry read as the default would put the wrong markers in
+                // every row of a vocabulary that spells its tokens otherwise.
                 let text = match cfg.get(key) {
+                    None | Some(Value::Null) => default.to_owned(),
                     Some(Value::String(s)) => s.clone(),
-                    Some(Value::Object(o)) => o
-                        .get("content")
-                        .and_then(Value::as_str)
-                        .unwrap_or(default)
-                        .to_owned(),
-                    _ => default.to_owned(),
+                    Some(Value::Object(o)) => match o.get("content") {
+                        Some(Value::String(s)) => s.clone(),
+                        _ => {
+                            return Err(bad_config(format!(
+                                "'{key}' is an object without a string 'content'"
+                            )))
+                        }
+                    },
+                    Some(other) => {
+                        return Err(bad_config(format!(
+                    "'{key}' must be a string or an object with a string 'content', got {other}"
+                )))
+                    }
                 };
                 let id = inner
                     .token_to_id(&text)
@@ -98,8 +150,9 @@ impl Tokenizer {
             t.with_normalizer(None::<tokenizers::NormalizerWrapper>);
             t
         });
-        let fast = added_contents_unique(&json)
-            .then(|| ByteBpe::of(&inner))
+        let fast = file
+            .added_contents_unique()
+            .then(|| ByteBpe::of(&inner, file.model.merges.as_ref()?))
             .flatten()
             .map(Arc::new);
         Ok(Tokenizer {
@@ -109,8 +162,15 @@ impl Tokenizer {
             sep: special("sep", "sep_token", "[SEP]")?,
             mask: special("mask", "mask_token", "[MASK]")?,
             pad: special("pad", "pad_token", "[PAD]")?,
+            max_id,
             inner,
         })
+    }
+
+    /// The largest id of the vocabulary and the added tokens: every id the tokenizer can give
+    /// is at most this.
+    pub fn max_id(&self) -> u32 {
+        self.max_id
     }
 
     /// `tokenizer(text, add_special_tokens=False)["input_ids"]`.
@@ -144,25 +204,102 @@ impl Tokenizer {
     }
 }
 
-/// Whether each of the file's added tokens has a text of its own. `tokenizers` keeps every
-/// entry of a repeated text in its searches for added tokens but shows only the last
-/// (`get_added_tokens_decoder`), which is all the fast path can read; files that `tokenizers`
-/// writes repeat none, and a file that does is left to `tokenizers` whole.
-fn added_contents_unique(json: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct File {
-        #[serde(default)]
-        added_tokens: Vec<Entry>,
+/// `tokenizer.json` as this module reads it, beside `tokenizers`: the added tokens, the
+/// model's vocabulary and (for BPE) its merges, each left as JSON.
+#[derive(serde::Deserialize)]
+struct TokenizerFile {
+    #[serde(default)]
+    added_tokens: Vec<AddedEntry>,
+    model: ModelEntry,
+}
+
+#[derive(serde::Deserialize)]
+struct AddedEntry {
+    id: u64,
+    content: String,
+}
+
+#[derive(serde::Deserialize)]
+struct ModelEntry {
+    /// `{token: id}` (BPE, WordPiece, WordLevel) or `[[piece, score], ...]` (Unigram).
+    #[serde(default)]
+    vocab: Option<Value>,
+    #[serde(default)]
+    merges: Option<Value>,
+}
+
+impl TokenizerFile {
+    /// The largest id in the file, refused past what its entries could need.
+    ///
+    /// A vocabulary of `n` entries and `a` added tokens needs no id above `n + a - 1`; one
+    /// that says `"the": 4294967294` is broken. `tokenizers` itself loads it, but each pass
+    /// that serializes the vocabulary then builds a list of every missing id (gigabytes) and
+    /// prints it to stdout.
+    fn max_id(&self, path: &Path) -> Result<u32, TokenizerError> {
+        let listed: Vec<(&str, u64)> = match &self.model.vocab {
+            Some(Value::Object(m)) => m
+                .iter()
+                .map(|(token, id)| {
+                    id.as_u64()
+                        .map(|id| (token.as_str(), id))
+                        .ok_or_else(|| TokenizerError::Load {
+                            path: path.to_owned(),
+                            message: format!("vocabulary entry {token:?} has id {id}, not an id"),
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+            // Unigram: the id is the index.
+            Some(Value::Array(a)) => (0..a.len() as u64).map(|id| ("", id)).collect(),
+            _ => Vec::new(),
+        };
+        let entries = listed.len().saturating_add(self.added_tokens.len());
+        let max = (entries as u64).saturating_sub(1);
+        let ids = listed
+            .into_iter()
+            .chain(self.added_tokens.iter().map(|a| (a.content.as_str(), a.id)));
+        let mut largest = 0u32;
+        for (token, id) in ids {
+            if id > max {
+                return Err(TokenizerError::SparseVocabulary {
+                    path: path.to_owned(),
+                    token: token.to_owned(),
+                    id,
+                    entries,
+                    max,
+                });
+            }
+            // `id <= max`, which is below the entry count: it fits u32 unless the file holds
+            // over four billion entries, which the size cap rules out.
+            largest = largest.max(u32::try_from(id).unwrap_or(u32::MAX));
+        }
+        Ok(largest)
     }
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        content: String,
+
+    /// Whether each of the file's added tokens has a text of its own. `tokenizers` keeps every
+    /// entry of a repeated text in its searches for added tokens but shows only the last
+    /// (`get_added_tokens_decoder`), which is all the fast path can read; files that
+    /// `tokenizers` writes repeat none, and a file that does is left to `tokenizers` whole.
+    fn added_contents_unique(&self) -> bool {
+        let mut seen = std::collections::HashSet::new();
+        self.added_tokens.iter().all(|e| seen.insert(&e.content))
     }
-    let Ok(file) = serde_json::from_slice::<File>(json) else {
-        return false;
-    };
-    let mut seen = std::collections::HashSet::new();
-    file.added_tokens.iter().all(|e| seen.insert(&e.content))
+}
+
+/// [`read_capped`](crate::config::read_capped) with this module's errors, `io` making the
+/// one for a failed read.
+fn read_capped(
+    path: &Path,
+    limit: u64,
+    io: impl FnOnce(String) -> TokenizerError,
+) -> Result<Vec<u8>, TokenizerError> {
+    use crate::config::CappedReadError;
+    crate::config::read_capped(path, limit).map_err(|e| match e {
+        CappedReadError::Io(e) => io(e.to_string()),
+        CappedReadError::TooLarge => TokenizerError::TooLarge {
+            path: path.to_owned(),
+            limit,
+        },
+    })
 }
 
 /// Whether the normalizer is one that leaves every ASCII text as it is (NFC, NFD, NFKC,
@@ -343,7 +480,8 @@ mod tests {
             .join("tiny")
             .join("tokenizer");
         let json = std::fs::read(from.join("tokenizer.json")).expect("fixture");
-        assert!(added_contents_unique(&json));
+        let parsed: TokenizerFile = serde_json::from_slice(&json).expect("tokenizer file");
+        assert!(parsed.added_contents_unique());
         let mut file: Value = serde_json::from_slice(&json).expect("json");
         let added = file["added_tokens"].as_array_mut().expect("added tokens");
         let mut again = added
