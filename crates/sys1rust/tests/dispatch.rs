@@ -125,15 +125,20 @@ fn requests_go_to_the_least_loaded_worker_and_a_slow_one_holds_nobody_up() {
     }
 }
 
-#[test]
-fn a_worker_that_failed_to_load_is_left_out() {
-    let s = Server::in_process_pool(&[], &checkpoint("tiny"), &[0, 1], true, |dir, ordinal| {
+/// Two workers on `tiny`, the first of which fails to load ("no such GPU").
+fn pool_whose_first_worker_fails() -> Server {
+    Server::in_process_pool(&[], &checkpoint("tiny"), &[0, 1], true, |dir, ordinal| {
         anyhow::ensure!(ordinal == 1, "no such GPU");
         Ok(Single::new(
             Agent::load(dir, Recorded::for_checkpoint("tiny"))?,
             None,
         ))
-    });
+    })
+}
+
+#[test]
+fn a_worker_that_failed_to_load_is_left_out() {
+    let s = pool_whose_first_worker_fails();
     let alone = Server::tiny(&[]);
     for body in bodies() {
         let r = s.post_json("/v1/systemone", &body);
@@ -226,13 +231,7 @@ fn gpus_need_the_cuda_engine() {
 /// another answers.
 #[test]
 fn a_worker_that_failed_to_load_is_down_before_any_request() {
-    let s = Server::in_process_pool(&[], &checkpoint("tiny"), &[0, 1], true, |dir, ordinal| {
-        anyhow::ensure!(ordinal == 1, "no such GPU");
-        Ok(Single::new(
-            Agent::load(dir, Recorded::for_checkpoint("tiny"))?,
-            None,
-        ))
-    });
+    let s = pool_whose_first_worker_fails();
     assert_eq!(gpus(&s), [(0, 0, 0, false), (1, 0, 0, true)]);
     let metrics = s.send("GET", "/metrics", &[], None).text();
     assert!(
